@@ -1,0 +1,157 @@
+"""sympy printers that turn rule-table formulas into Python source.
+
+:class:`FormulaPrinter` prints a formula as one Python expression over plain
+names (``grad*cos(self)``).  Functions are printed as *vocabulary names*
+(``cos``, ``where``, ``expand``), and the same source is evaluated against two
+namespaces: numpy functions for plain eager backward, differentiable symgrad
+functions when ``create_graph=True`` (see ``symgrad/ops/vocab.py``).  Operators
+stay operators, so they work on numpy arrays and on Tensors alike.
+
+Constant sub-expressions are folded to Python float literals: a numpy float64
+scalar such as ``numpy.log(2)`` would widen a float32 gradient, a Python float
+does not (NEP 50).
+
+>>> import sympy
+>>> x, g = sympy.symbols("self grad")
+>>> FormulaPrinter().doprint(g * sympy.cos(x) / 2)
+'0.5*grad*cos(self)'
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.printing.pycode import PythonCodePrinter
+
+# sympy function class name -> vocabulary name
+FUNCTION_NAMES = {
+    "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh",
+    "sinh": "sinh", "cosh": "cosh", "atan": "atan", "Abs": "abs", "sign": "sign", "erf": "erf",
+    "log1p": "log1p", "expm1": "expm1", "log2": "log2", "exp2": "exp2", "Max": "maximum",
+    "Min": "minimum",
+}
+
+
+class FormulaPrinter(PythonCodePrinter):
+    """Print a sympy formula as a Python expression over vocabulary names."""
+
+    printmethod = "_symgrad_formula"
+
+    def __init__(self, settings=None):
+        super().__init__(dict(settings or {}, fully_qualified_modules=False))
+
+    # constants ----------------------------------------------------------------------------
+    def _print_Integer(self, expr):
+        return str(int(expr))
+
+    def _print_Rational(self, expr):
+        return repr(float(expr))
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_NumberSymbol(self, expr):
+        return repr(float(expr))
+
+    _print_Pi = _print_NumberSymbol
+    _print_Exp1 = _print_NumberSymbol
+
+    def _print_Half(self, expr):
+        return "0.5"
+
+    def doprint(self, expr, assign_to=None):
+        return super().doprint(_fold_constants(expr), assign_to)
+
+    # functions ------------------------------------------------------------------------------
+    def _print_Function(self, expr):
+        name = type(expr).__name__
+        name = FUNCTION_NAMES.get(name, name)
+        return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Heaviside(self, expr):
+        x = self._print(expr.args[0])
+        h0 = self._print(expr.args[1]) if len(expr.args) > 1 else "0.5"
+        return f"heaviside({x}, {h0})"
+
+    def _print_Piecewise(self, expr):
+        *pairs, (last_value, last_cond) = expr.args
+        if last_cond != sympy.true:
+            raise ValueError(f"Piecewise needs a final (value, True) branch: {expr}")
+        out = self._print(last_value)
+        for value, cond in reversed(pairs):
+            out = f"where({self._print(cond)}, {self._print(value)}, {out})"
+        return out
+
+    def _print_Relational(self, expr):
+        names = {"==": "eq", "!=": "ne"}
+        op = expr.rel_op
+        if op in names:
+            return f"{names[op]}({self._print(expr.lhs)}, {self._print(expr.rhs)})"
+        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
+
+    def _print_And(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"logical_and({out}, {self._print(a)})"
+        return out
+
+    def _print_Or(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"logical_or({out}, {self._print(a)})"
+        return out
+
+    def _print_Not(self, expr):
+        return f"logical_not({self._print(expr.args[0])})"
+
+    def _print_Pow(self, expr, rational=False):
+        base, e = expr.args
+        if e == sympy.S.Half:
+            return f"sqrt({self._print(base)})"
+        if e == -sympy.S.Half:
+            return f"1/sqrt({self._print(base)})"
+        if e == -1:
+            return f"1/{self.parenthesize(base, sympy.printing.precedence.PRECEDENCE['Pow'])}"
+        return super()._print_Pow(expr, rational=rational)
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+
+def _fold_constants(expr):
+    """Evaluate constant sub-expressions (``log(2)``, ``pi/2``) to floats."""
+    if not isinstance(expr, sympy.Basic) or isinstance(expr, (sympy.Number, sympy.Symbol)):
+        return expr
+    if not expr.free_symbols and not expr.atoms(sympy.core.function.AppliedUndef) \
+            and isinstance(expr, sympy.Expr) and expr.is_number:
+        value = complex(expr.evalf())
+        if value.imag == 0:
+            return sympy.Float(value.real)
+    if isinstance(expr, sympy.Piecewise):
+        return sympy.Piecewise(*[(_fold_constants(v), c) for v, c in expr.args], evaluate=False)
+    if not expr.args:
+        return expr
+    return expr.func(*[_fold_constants(a) for a in expr.args], evaluate=False) \
+        if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)) else expr.func(
+            *[_fold_constants(a) for a in expr.args])
+
+
+def formula_source(expr: sympy.Expr, params: tuple[str, ...], name: str = "formula") -> str:
+    """Source of a Python function ``def name(params): return <expr>``.
+
+    >>> import sympy
+    >>> print(formula_source(sympy.Symbol("grad") * sympy.Symbol("other"), ("grad", "other")))
+    def formula(grad, other):
+        return grad*other
+    """
+    body = FormulaPrinter().doprint(expr)
+    return f"def {name}({', '.join(params)}):\n    return {body}"
+
+
+def compile_formula(expr: sympy.Expr, params: tuple[str, ...], namespace: dict, name: str = "formula"):
+    """Compile a formula into a function evaluated against ``namespace``."""
+    src = formula_source(expr, params, name)
+    glb = dict(namespace)
+    exec(compile(src, f"<formula {name}>", "exec"), glb)
+    fn = glb[name]
+    fn.__source__ = src
+    return fn

@@ -1,0 +1,35 @@
+"""symgrad: PyTorch-style autograd you can look inside, driven by one rule table.
+
+>>> import symgrad as torch
+>>> x = torch.tensor([2.0], requires_grad=True)
+>>> z = 2 * x ** 2
+>>> z.grad_fn, z.grad_fn.next_functions[0][0]        # doctest: +ELLIPSIS
+(<MulBackward0 object at 0x...>, <PowBackward0 object at 0x...>)
+>>> z.backward(); x.grad
+tensor([8.])
+"""
+
+from . import autograd
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .creation import (
+    arange, as_tensor, empty, eye, from_numpy, full, full_like, linspace, manual_seed, ones, ones_like, rand,
+    randint, randn, tensor, zeros, zeros_like,
+)
+from .dtypes import (
+    dtype, float16, float32, float64, get_default_dtype, int8, int16, int32, int64, set_default_dtype, uint8,
+)
+from .dtypes import bool_ as bool
+from .ops import methods as _methods
+from .ops.functional import *  # noqa: F403 - the public op functions
+from .ops.functional import slice_op as _slice_op
+from .tensor import Size, Tensor
+
+float = float32
+double = float64
+half = float16
+long = int64
+int = int32
+
+_methods.attach()
+
+__version__ = "0.1.0"

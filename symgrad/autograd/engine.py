@@ -1,0 +1,357 @@
+"""The backward engine: dependency-counted execution of the grad_fn graph.
+
+Like PyTorch's ``Engine::execute``: count how many edges point at each node,
+run a node once all its gradients have arrived (most recently created first),
+reduce every gradient to its input's shape and dtype in one place
+(:func:`_validate`), and free saved tensors unless ``retain_graph``.
+
+Gradients travel as numpy arrays; under ``create_graph=True`` they travel as
+Tensors and every formula is recorded, so the result can be differentiated again.
+
+>>> import symgrad
+>>> x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+>>> symgrad.autograd.grad((x ** 3).sum(), x)
+(tensor([ 3., 12.]),)
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import anomaly
+from .grad_mode import STATE
+from .node import AccumulateGrad, Node
+
+
+def _tensor_cls():
+    from ..tensor import Tensor
+
+    return Tensor
+
+
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    Tensor = _tensor_cls()
+    if isinstance(x, Tensor):
+        return (x,)
+    return tuple(x)
+
+
+def _root_edge(t, index: int):
+    from ..tensor import _accumulate_node
+
+    if t._grad_fn is not None:
+        return (t._grad_fn, t._output_nr)
+    if t._requires_grad:
+        return (_accumulate_node(t), 0)
+    raise RuntimeError(f"element {index} of tensors does not require grad and does not have a grad_fn")
+
+
+def _make_root_grads(outputs: tuple, grads: Sequence, create_graph: bool) -> list:
+    Tensor = _tensor_cls()
+    out = []
+    for i, t in enumerate(outputs):
+        g = grads[i] if i < len(grads) else None
+        if g is None:
+            if t._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs "
+                                   f"(output {i} has shape {list(t.shape)}; pass gradient= / grad_outputs=)")
+            g = np.ones_like(t._data)
+            out.append(Tensor._wrap(g) if create_graph else g)
+            continue
+        if not isinstance(g, Tensor):
+            g = Tensor(g, dtype=t.dtype)
+        if g.shape != t.shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and "
+                               f"output[{i}] has a shape of {list(t.shape)}.")
+        if create_graph:
+            out.append(g)
+        else:
+            d = g._data
+            out.append(d if d.dtype == t._data.dtype else d.astype(t._data.dtype))
+    return out
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
+             inputs=None) -> None:
+    """Compute gradients of ``tensors`` and accumulate them into the leaves' ``.grad``.
+
+    >>> x = symgrad.tensor([1.0, 2.0], requires_grad=True)      # doctest: +SKIP
+    >>> symgrad.autograd.backward((x * 3).sum()); x.grad         # doctest: +SKIP
+    tensor([3., 3.])
+    """
+    outputs = _as_tuple(tensors)
+    grads = list(_as_tuple(grad_tensors)) if grad_tensors is not None else []
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = [_root_edge(t, i) for i, t in enumerate(outputs)]
+    root_grads = _make_root_grads(outputs, grads, create_graph)
+    only = None
+    if inputs is not None:
+        only = _as_tuple(inputs)
+        if not only:
+            raise RuntimeError("backward() received an empty list of inputs")
+    _execute(roots, root_grads, retain_graph, create_graph, capture=None, accumulate_only=only)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
+         allow_unused: bool | None = None, materialize_grads: bool = False) -> tuple:
+    """Return the gradients of ``outputs`` with respect to ``inputs`` (``.grad`` is left untouched).
+
+    >>> x = symgrad.tensor([1.0, 2.0], requires_grad=True)      # doctest: +SKIP
+    >>> symgrad.autograd.grad((x * x).sum(), x)                  # doctest: +SKIP
+    (tensor([2., 4.]),)
+    """
+    outs = _as_tuple(outputs)
+    ins = _as_tuple(inputs)
+    Tensor = _tensor_cls()
+    for i, t in enumerate(ins):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"autograd.grad: inputs[{i}] is {type(t).__name__}, expected a Tensor")
+        if not t.requires_grad:
+            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if retain_graph is None:
+        retain_graph = create_graph
+    grads = list(_as_tuple(grad_outputs)) if grad_outputs is not None else []
+    roots = [_root_edge(t, i) for i, t in enumerate(outs)]
+    root_grads = _make_root_grads(outs, grads, create_graph)
+    capture: dict = {}
+    for k, t in enumerate(ins):
+        node, nr = _root_edge(t, k)
+        capture.setdefault(node, []).append((nr, k))
+    captured = _execute(roots, root_grads, retain_graph, create_graph, capture=capture, n_capture=len(ins))
+    result = []
+    for k, g in enumerate(captured):
+        if g is None:
+            if materialize_grads:
+                g = np.zeros_like(ins[k]._data)
+            elif not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                                   "Set allow_unused=True if this is the desired behavior.")
+            else:
+                result.append(None)
+                continue
+        if isinstance(g, Tensor):
+            result.append(g)
+        else:
+            result.append(Tensor._wrap(np.array(g, copy=True) if not g.flags.owndata or not g.flags.writeable
+                                       else g))
+    return tuple(result)
+
+
+def _n_outputs(node: Node) -> int:
+    return getattr(node, "_n_outputs", 1)
+
+
+def _validate(node: Node, index: int, g, meta, create_graph: bool):
+    """Reduce a gradient to its input's shape (undoing broadcasting) and cast it to its dtype."""
+    if meta is None:
+        return g
+    shape, dtype = meta
+    if create_graph:
+        from ..ops import functional as F
+
+        if tuple(g.shape) != shape:
+            g = _reshape_grad(node, index, g, shape, F.sum_to, F.expand)
+        if g._data.dtype != dtype:
+            g = F.to(g, dtype)
+        return g
+    if type(g) is not np.ndarray:
+        g = np.asarray(g)
+    if g.shape != shape:
+        from ..ops.vocab import sum_to
+
+        g = _reshape_grad(node, index, g, shape, sum_to, np.broadcast_to)
+    if g.dtype != dtype:
+        g = g.astype(dtype)
+    return g
+
+
+def _reshape_grad(node, index, g, shape, sum_to, expand):
+    gshape = tuple(g.shape)
+    if len(gshape) >= len(shape) and all(s == 1 or s == gs for s, gs in zip(shape, gshape[len(gshape) - len(shape):])):
+        return sum_to(g, shape)
+    try:
+        return expand(g, shape)  # a constant gradient (e.g. a 0-d zero) broadcast to the input
+    except (ValueError, RuntimeError):
+        raise RuntimeError(f"Function {type(node).__name__} returned an invalid gradient at index {index} - got "
+                           f"{list(gshape)} but expected shape compatible with {list(shape)}") from None
+
+
+def _run_tensor_hooks(node: Node, grads: list, create_graph: bool) -> None:
+    Tensor = _tensor_cls()
+    for nr, hooks in node._pre_hooks.items():
+        if nr < 0 or nr >= len(grads) or grads[nr] is None or not hooks:
+            continue
+        g = grads[nr]
+        for hook in list(hooks):
+            arg = g if create_graph else Tensor._wrap(g)
+            new = hook(arg)
+            if new is None:
+                continue
+            if not isinstance(new, Tensor):
+                raise TypeError(f"hook {getattr(hook, '__name__', hook)!r} returned {type(new).__name__}; "
+                                "a tensor hook must return a Tensor or None")
+            old_shape = tuple(arg.shape)
+            if tuple(new.shape) != old_shape:
+                raise RuntimeError(f"hook '{getattr(hook, '__name__', 'hook')}' has changed the size of value: "
+                                   f"expected {list(old_shape)}, got {list(new.shape)}")
+            g = new if create_graph else new._data
+        grads[nr] = g
+
+
+def _retain(node: Node, grads: list, create_graph: bool) -> None:
+    Tensor = _tensor_cls()
+    for nr, ref in node._retain.items():
+        t = ref()
+        if t is None or nr >= len(grads) or grads[nr] is None:
+            continue
+        g = grads[nr]
+        if create_graph:
+            t._grad = g if t._grad is None else t._grad + g
+        else:
+            t._grad = Tensor._wrap(np.array(g, copy=True)) if t._grad is None else Tensor._wrap(t._grad._data + g)
+
+
+def _needed_nodes(roots: list, targets) -> set:
+    """Nodes from which some capture target is reachable (only those run under autograd.grad)."""
+    order, seen, stack = [], set(), [n for n, _ in roots if n is not None]
+    for n in stack:
+        seen.add(n)
+    while stack:  # iterative DFS post-order
+        node = stack[-1]
+        pushed = False
+        for nxt, _ in node._next:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+                pushed = True
+        if not pushed:
+            order.append(stack.pop())
+    needed = set(targets)
+    for node in order:  # children come before parents in post-order
+        if node in needed:
+            continue
+        for nxt, _ in node._next:
+            if nxt in needed:
+                needed.add(node)
+                break
+    return needed
+
+
+def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool, capture=None,
+             n_capture: int = 0, accumulate_only=None):
+    """Run the graph from ``roots``; returns the captured gradients when ``capture`` is given."""
+    deps: dict = {}
+    stack = []
+    seen = set()
+    for node, _ in roots:
+        if node not in seen:
+            seen.add(node)
+            stack.append(node)
+    while stack:
+        node = stack.pop()
+        for nxt, _ in node._next:
+            if nxt is None:
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+    needed = _needed_nodes(roots, capture.keys()) if capture is not None else None
+    allowed_leaves = None
+    if accumulate_only is not None:
+        allowed_leaves = {_root_edge(t, i)[0] for i, t in enumerate(accumulate_only)}
+        for t in accumulate_only:
+            if t._grad_fn is not None and not t._retains_grad:
+                t.retain_grad()
+    captured = [None] * n_capture
+
+    buffers: dict = {}
+    for (node, nr), g in zip(roots, root_grads):
+        buf = buffers.get(node)
+        if buf is None:
+            buf = buffers[node] = [None] * max(_n_outputs(node), nr + 1)
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+
+    ready = [(-node._seq, node) for node in seen if deps.get(node, 0) == 0]
+    heapq.heapify(ready)
+    prev_mode = STATE.enabled
+    STATE.enabled = create_graph
+    check_nan = anomaly.is_anomaly_check_nan_enabled()
+    try:
+        with np.errstate(all="ignore"):
+            while ready:
+                _, node = heapq.heappop(ready)
+                grads = buffers.pop(node, None) or [None] * _n_outputs(node)
+                if node._pre_hooks:
+                    _run_tensor_hooks(node, grads, create_graph)
+                if node._retain:
+                    _retain(node, grads, create_graph)
+                if capture is not None and node in capture:
+                    for nr, k in capture[node]:
+                        captured[k] = grads[nr] if nr < len(grads) else None
+                skip = (needed is not None and (node not in needed or isinstance(node, AccumulateGrad))) or \
+                    (allowed_leaves is not None and isinstance(node, AccumulateGrad) and node not in allowed_leaves)
+                if skip or all(g is None for g in grads):
+                    outputs = [None] * len(node._next)
+                else:
+                    outputs = _apply_node(node, grads, create_graph, check_nan)
+                if not keep_graph:
+                    node.release_variables()
+                metas = node._meta
+                for i, (nxt, nr) in enumerate(node._next):
+                    if nxt is None:
+                        continue
+                    g = outputs[i]
+                    if g is not None:
+                        g = _validate(node, i, g, metas[i] if i < len(metas) else None, create_graph)
+                        buf = buffers.get(nxt)
+                        if buf is None:
+                            buf = buffers[nxt] = [None] * max(_n_outputs(nxt), nr + 1)
+                        elif nr >= len(buf):  # nodes with a list of outputs (unbind)
+                            buf.extend([None] * (nr + 1 - len(buf)))
+                        buf[nr] = g if buf[nr] is None else buf[nr] + g
+                    left = deps[nxt] - 1
+                    deps[nxt] = left
+                    if left == 0:
+                        heapq.heappush(ready, (-nxt._seq, nxt))
+    finally:
+        STATE.enabled = prev_mode
+    return captured
+
+
+def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool) -> list:
+    if anomaly.STATE.enabled:
+        try:
+            outputs = node.apply(grads, create_graph)
+        except Exception:
+            anomaly.report(node)
+            raise
+    else:
+        outputs = node.apply(grads, create_graph)
+    if len(outputs) != len(node._next):
+        raise RuntimeError(f"function {type(node).__name__} returned an incorrect number of gradients "
+                           f"(expected {len(node._next)}, got {len(outputs)})")
+    if check_nan:
+        for i, g in enumerate(outputs):
+            if g is None:
+                continue
+            data = g._data if hasattr(g, "_data") else np.asarray(g)
+            if data.dtype.kind == "f" and np.isnan(data).any():
+                anomaly.report(node)
+                site = anomaly.forward_site(node)
+                where = f" The forward op was created at {site}." if site else ""
+                raise RuntimeError(f"Function '{type(node).__name__}' returned nan values in its {i}th output."
+                                   + where)
+    if node._post_hooks:
+        for hook in node._post_hooks:
+            hook(outputs, grads)
+    return outputs

@@ -1,0 +1,1 @@
+"""The op registry (one entry per rule-table overload) and the public op functions."""

@@ -1,0 +1,359 @@
+"""Load and validate the rule table (``derivatives.yaml``).
+
+Each YAML entry becomes a :class:`Rule`: the parsed schema, the forward's sympy
+expression for elementwise ops, and one :class:`Formula` per differentiable input.
+Everything is checked at load time; a bad entry raises :class:`RuleTableError`
+naming the entry and its line.
+
+>>> rules = load_rules()
+>>> rules["mul.Tensor"].node_name
+'MulBackward0'
+>>> str(rules["tanh"].formulas["self"].expr)
+'grad*(1 - result**2)'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sympy
+import yaml
+from sympy.codegen.cfunctions import exp2, expm1, log1p, log2
+
+from . import vocab
+
+TABLE_PATH = Path(__file__).resolve().parent.parent / "derivatives.yaml"
+
+RESERVED_KEYS = {"name", "elementwise", "node", "output_differentiability"}
+METADATA_FUNCS = ("shape", "numel", "dtype")
+
+
+class RuleTableError(ValueError):
+    """A rule-table entry is malformed (the message names the entry and its line)."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str
+    default: str | None
+    kwarg_only: bool
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("Tensor") and not self.is_tensor_list
+
+    @property
+    def is_tensor_list(self) -> bool:
+        return self.type.startswith("Tensor[]") or self.type.startswith("Tensor?[]")
+
+    @property
+    def optional(self) -> bool:
+        return self.type.endswith("?")
+
+
+@dataclass(frozen=True)
+class Schema:
+    text: str
+    name: str
+    overload: str
+    args: tuple[Arg, ...]
+    returns: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}.{self.overload}" if self.overload else self.name
+
+    @property
+    def num_outputs(self) -> int:
+        r = self.returns.strip()
+        if r.startswith("("):
+            return len(_split_top(r[1:-1]))
+        return 1
+
+
+@dataclass
+class Formula:
+    """One input's vector-Jacobian product."""
+
+    input: str
+    text: str
+    expr: sympy.Expr             # as written, with shape(x)/numel(x)/dtype(x) calls
+    code_expr: sympy.Expr        # metadata calls replaced by symbols such as `self__shape`
+    params: tuple[str, ...]      # names the compiled formula takes, in order
+
+    def __repr__(self) -> str:
+        return f"Formula({self.input}: {self.text})"
+
+
+@dataclass
+class Rule:
+    schema: Schema
+    line: int
+    node_name: str
+    elementwise: sympy.Expr | None
+    formulas: dict[str, Formula]
+    non_differentiable: tuple[str, ...]
+    output_differentiability: tuple[bool, ...]
+    saved: dict[str, str] = field(default_factory=dict)  # saved name -> kind (tensor/value/meta)
+
+    @property
+    def key(self) -> str:
+        return self.schema.key
+
+    @property
+    def differentiable(self) -> bool:
+        return bool(self.formulas)
+
+
+# --- schema parsing -------------------------------------------------------------------------
+
+_SCHEMA_RE = re.compile(r"^\s*([A-Za-z_][\w]*)(?:\.([\w]+))?\s*\((.*)\)\s*->\s*(.+?)\s*$")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets or parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def parse_schema(text: str) -> Schema:
+    """Parse ``op.overload(Type name=default, *, ...) -> Return``."""
+    m = _SCHEMA_RE.match(text)
+    if not m:
+        raise ValueError(f"cannot parse schema {text!r}: expected 'op.overload(args) -> Return'")
+    name, overload, arg_text, returns = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+    args, kwarg_only = [], False
+    for part in _split_top(arg_text):
+        if part == "*":
+            kwarg_only = True
+            continue
+        default = None
+        if "=" in part:
+            part, default = (s.strip() for s in part.split("=", 1))
+        pieces = part.rsplit(None, 1)
+        if len(pieces) != 2:
+            raise ValueError(f"cannot parse argument {part!r} in schema {text!r}")
+        args.append(Arg(name=pieces[1], type=pieces[0], default=default, kwarg_only=kwarg_only))
+    return Schema(text=text.strip(), name=name, overload=overload, args=tuple(args), returns=returns)
+
+
+def node_prefix(op_name: str) -> str:
+    """PyTorch's node-name prefix: ``log_softmax`` -> ``LogSoftmax``, ``log1p`` -> ``Log1P``."""
+    return "".join(part.title() for part in op_name.split("_") if part)
+
+
+# --- formula parsing ------------------------------------------------------------------------
+
+# sympy functions a formula may use; each maps to a vocabulary entry of the same meaning.
+SYMPY_FUNCTIONS: dict[str, Any] = {
+    "exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
+    "tanh": sympy.tanh, "sinh": sympy.sinh, "cosh": sympy.cosh, "atan": sympy.atan,
+    "sqrt": sympy.sqrt, "Abs": sympy.Abs, "sign": sympy.sign, "Heaviside": sympy.Heaviside,
+    "Piecewise": sympy.Piecewise, "Eq": sympy.Eq, "Ne": sympy.Ne, "erf": sympy.erf,
+    "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2, "Max": sympy.Max, "Min": sympy.Min,
+    "pi": sympy.pi, "E": sympy.E,
+}
+
+
+def _parse_expr(text: str, names: set[str], functions=frozenset()) -> sympy.Expr:
+    local = dict(SYMPY_FUNCTIONS)
+    for n in names:
+        local[n] = sympy.Symbol(n)
+    for fn in vocab.FORMULA_FUNCTIONS | functions:
+        local.setdefault(fn, sympy.Function(fn))
+    for fn in METADATA_FUNCS:
+        local[fn] = sympy.Function(fn)
+    return sympy.parse_expr(str(text), local_dict=local, evaluate=True)
+
+
+def _metadata_to_symbols(expr: sympy.Expr, where: str) -> sympy.Expr:
+    """Replace ``shape(x)`` by the symbol ``x__shape`` (likewise numel, dtype)."""
+    repl = {}
+    for call in expr.atoms(sympy.Function):
+        fname = type(call).__name__
+        if fname in METADATA_FUNCS:
+            (arg,) = call.args
+            if not isinstance(arg, sympy.Symbol):
+                raise ValueError(f"{where}: {fname}() takes an argument name, got {arg}")
+            repl[call] = sympy.Symbol(f"{arg.name}__{fname}")
+    return expr.xreplace(repl)
+
+
+def _check_names(expr: sympy.Expr, allowed: set[str], where: str, functions=frozenset()) -> None:
+    for sym in expr.free_symbols:
+        base = sym.name.split("__")[0]
+        if base not in allowed:
+            raise ValueError(f"{where}: unknown name {sym.name!r} (known: {', '.join(sorted(allowed))})")
+    for call in expr.atoms(sympy.Function):
+        fname = type(call).__name__
+        known = vocab.FORMULA_FUNCTIONS | functions
+        if isinstance(call, sympy.core.function.AppliedUndef) and fname not in known \
+                and fname not in METADATA_FUNCS:
+            raise ValueError(f"{where}: unknown function {fname!r}; formula functions are "
+                             f"{', '.join(sorted(known))}")
+
+
+def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=frozenset()) -> Rule:
+    where = f"derivatives.yaml line {line}"
+    if not isinstance(entry, dict) or "name" not in entry:
+        raise RuleTableError(f"{where}: each entry needs a 'name:' schema")
+    try:
+        schema = parse_schema(str(entry["name"]))
+    except ValueError as exc:
+        raise RuleTableError(f"{where}: {exc}") from None
+    where = f"derivatives.yaml line {line} ({schema.key})"
+    arg_names = {a.name for a in schema.args}
+    scope = arg_names | {"grad", "grads", "result"}
+
+    elementwise = None
+    if "elementwise" in entry:
+        try:
+            elementwise = _parse_expr(entry["elementwise"], arg_names)
+            _check_names(elementwise, arg_names, where + " elementwise")
+        except (SyntaxError, TypeError, ValueError, sympy.SympifyError) as exc:
+            raise RuleTableError(f"{where}: cannot parse elementwise expression: {exc}") from None
+
+    formulas: dict[str, Formula] = {}
+    non_diff: list[str] = []
+    for key, value in entry.items():
+        if key in RESERVED_KEYS:
+            continue
+        if key not in arg_names:
+            raise RuleTableError(f"{where}: {key!r} is not an argument of the schema "
+                                 f"(arguments: {', '.join(a.name for a in schema.args)})")
+        if value == "non_differentiable":
+            non_diff.append(key)
+            continue
+        text = str(value)
+        try:
+            expr = _parse_expr(text, scope, functions)
+            _check_names(expr, scope, f"{where} formula for {key!r}", functions)
+            code_expr = _metadata_to_symbols(expr, f"{where} formula for {key!r}")
+        except (SyntaxError, TypeError, ValueError, sympy.SympifyError, TokenError) as exc:
+            raise RuleTableError(f"{where}: cannot parse formula for {key!r}: {text!r}: {exc}") from None
+        params = tuple(sorted((s.name for s in code_expr.free_symbols),
+                              key=lambda n: (n != "grad", n)))
+        formulas[key] = Formula(key, text, expr, code_expr, params)
+
+    n_out = schema.num_outputs
+    out_diff = entry.get("output_differentiability")
+    if schema.returns.strip().startswith("Tensor[]"):
+        out_diff = ()  # a list of outputs, all differentiable
+    elif out_diff is None:
+        out_diff = (True,) + (False,) * (n_out - 1)
+    elif len(out_diff) != n_out:
+        raise RuleTableError(f"{where}: output_differentiability has {len(out_diff)} entries, "
+                             f"the schema returns {n_out}")
+
+    prefix = node_prefix(schema.name)
+    if "node" in entry:
+        node_name = str(entry["node"])
+    elif formulas:
+        node_name = f"{prefix}Backward{counters.get(prefix, 0)}"
+    else:
+        node_name = ""
+    if formulas:  # like PyTorch, only differentiable overloads take a number
+        counters[prefix] = counters.get(prefix, 0) + 1
+
+    saved: dict[str, str] = {}
+    tensor_args = {a.name for a in schema.args if a.is_tensor or a.is_tensor_list}
+    for f in formulas.values():
+        for p in f.params:
+            if p in ("grad", "grads"):
+                continue
+            if "__" in p:
+                saved[p] = "meta"
+            elif p == "result" or p in tensor_args:
+                saved[p] = "tensor"
+            else:
+                saved[p] = "value"
+    return Rule(schema, line, node_name, elementwise, formulas, tuple(non_diff), tuple(out_diff), saved)
+
+
+try:  # sympy raises tokenize errors for some malformed formulas
+    from tokenize import TokenError
+except ImportError:  # pragma: no cover
+    TokenError = SyntaxError
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A YAML loader that records each mapping's line number under '__line__'."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    mapping = yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    mapping["__line__"] = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_rules(text: str, counters: dict[str, int] | None = None, known_ops=frozenset()) -> dict[str, Rule]:
+    """Parse YAML text in the table's format into rules keyed by ``op.overload``.
+
+    >>> parse_rules("- name: cube(Tensor self) -> Tensor\\n  elementwise: self**3\\n"
+    ...             "  self: 3 * grad * self**2\\n")["cube"].node_name
+    'CubeBackward0'
+    """
+    try:
+        entries = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as exc:
+        raise RuleTableError(f"derivatives.yaml is not valid YAML: {exc}") from None
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise RuleTableError("the rule table must be a YAML list of entries")
+    counters = {} if counters is None else counters
+    # Formulas may call any op of this table (or already registered) by its base name.
+    functions = set(known_ops)
+    for entry in entries:
+        if isinstance(entry, dict) and "name" in entry:
+            m = _SCHEMA_RE.match(str(entry["name"]))
+            if m:
+                functions.add(m.group(1))
+    functions = frozenset(functions)
+    rules: dict[str, Rule] = {}
+    for entry in entries:
+        line = entry.pop("__line__", 0) if isinstance(entry, dict) else 0
+        rule = _build_rule(entry, line, counters, functions)
+        if rule.key in rules:
+            raise RuleTableError(f"derivatives.yaml line {line}: duplicate entry {rule.key!r} "
+                                 f"(first at line {rules[rule.key].line})")
+        rules[rule.key] = rule
+    return rules
+
+
+_cache: dict[str, Rule] | None = None
+_counters: dict[str, int] = {}
+
+
+def load_rules() -> dict[str, Rule]:
+    """The shipped rule table, parsed once."""
+    global _cache
+    if _cache is None:
+        _cache = parse_rules(TABLE_PATH.read_text(), _counters)
+    return _cache
+
+
+def name_counters() -> dict[str, int]:
+    """Per-prefix overload counters after loading the shipped table (for user-registered ops)."""
+    load_rules()
+    return _counters

@@ -1,0 +1,365 @@
+"""The eager :class:`Tensor`: a numpy array plus PyTorch's autograd state.
+
+>>> import symgrad
+>>> x = symgrad.tensor([2.0], requires_grad=True)
+>>> z = 2 * x ** 2
+>>> z
+tensor([8.], grad_fn=<MulBackward0>)
+>>> z.backward(); x.grad
+tensor([8.])
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+from ._format import format_tensor
+from .autograd.grad_mode import STATE
+from .autograd.node import AccumulateGrad
+
+_DEFAULT_SHOWN = {"float32", "int64", "bool"}
+
+
+class VersionCounter:
+    """Counts in-place modifications; shared by a tensor, its views and its detached aliases."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple of ints (``torch.Size``)."""
+
+    def __repr__(self) -> str:
+        return f"symgrad.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
+def _accumulate_node(t: Tensor) -> AccumulateGrad:
+    node = t._accumulate
+    if node is None:
+        node = t._accumulate = AccumulateGrad(t)
+    return node
+
+
+class Tensor:
+    """A multi-dimensional array that records the operations applied to it.
+
+    Create tensors with :func:`symgrad.tensor`, :func:`symgrad.zeros` and friends.
+    """
+
+    __slots__ = ("_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad", "_version_counter",
+                 "_accumulate", "_retains_grad", "__weakref__")
+
+    # numpy must defer to Tensor's reflected operators (np.float64(2) * t -> Tensor.__rmul__)
+    __array_priority__ = 1000
+
+    def __init__(self, data: Any = None, *, dtype=None, requires_grad: bool = False) -> None:
+        arr = _as_array(data if data is not None else [], dtype)
+        self._data = arr
+        self._requires_grad = False
+        self._grad_fn = None
+        self._output_nr = 0
+        self._grad = None
+        self._version_counter = VersionCounter()
+        self._accumulate = None
+        self._retains_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @staticmethod
+    def _wrap(data: np.ndarray) -> Tensor:
+        """A leaf around ``data`` (no copy); the fast constructor used by ops."""
+        t = object.__new__(Tensor)
+        t._data = data
+        t._requires_grad = False
+        t._grad_fn = None
+        t._output_nr = 0
+        t._grad = None
+        t._version_counter = VersionCounter()
+        t._accumulate = None
+        t._retains_grad = False
+        return t
+
+    # --- metadata ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._data.shape)
+
+    def size(self, dim: int | None = None):
+        """The shape, or the length of one dimension."""
+        if dim is None:
+            return self.shape
+        return self._data.shape[dim]
+
+    @property
+    def dtype(self) -> _dt.dtype:
+        return _dt.from_numpy_dtype(self._data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def numel(self) -> int:
+        return int(self._data.size)
+
+    def __len__(self) -> int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    def is_floating_point(self) -> bool:
+        return self._data.dtype.kind == "f"
+
+    def is_contiguous(self) -> bool:
+        return bool(self._data.flags.c_contiguous)
+
+    # --- autograd state ---------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._grad_fn is not None or self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set ``requires_grad`` on a leaf in place and return it."""
+        if self._grad_fn is not None:
+            if requires_grad:
+                return self
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to "
+                               "use a computed variable in a subgraph that doesn't require differentiation "
+                               "use var_no_grad = var.detach().")
+        if requires_grad and self._data.dtype.kind != "f":
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients "
+                               f"(got dtype {self.dtype.name})")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._grad_fn is None
+
+    @property
+    def grad_fn(self):
+        return self._grad_fn
+
+    @property
+    def grad(self) -> Tensor | None:
+        if self._grad_fn is not None and not self._retains_grad:
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its "
+                          ".grad attribute won't be populated during autograd.backward(). If you indeed "
+                          "want the .grad field to be populated for a non-leaf Tensor, use .retain_grad() "
+                          "on the non-leaf Tensor.", UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: {list(value.shape)} "
+                                   f"vs the tensor's {list(self.shape)}")
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf's gradient in ``.grad`` after backward."""
+        if self._grad_fn is None:
+            if not self._requires_grad:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return  # leaves keep their gradient anyway
+        if self._retains_grad:
+            return
+        node = self._grad_fn
+        if node._retain is None:
+            node._retain = {}
+        import weakref
+
+        node._retain[self._output_nr] = weakref.ref(self)
+        self._retains_grad = True
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces it.
+
+        >>> x = symgrad.tensor([1.0], requires_grad=True)          # doctest: +SKIP
+        >>> h = x.register_hook(lambda g: g * 2)                     # doctest: +SKIP
+        """
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        node = self._grad_fn if self._grad_fn is not None else _accumulate_node(self)
+        return node._add_tensor_hook(self._output_nr, hook)
+
+    @property
+    def _version(self) -> int:
+        return self._version_counter.value
+
+    def _bump_version(self) -> None:
+        self._version_counter.value += 1
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing this tensor's data (and version counter), cut from the graph."""
+        t = Tensor._wrap(self._data)
+        t._version_counter = self._version_counter
+        return t
+
+    def detach_(self) -> Tensor:
+        """Cut this tensor from the graph in place: it becomes a leaf that does not require grad."""
+        self._grad_fn = None
+        self._output_nr = 0
+        self._requires_grad = False
+        return self
+
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of the leaves.
+
+        >>> x = symgrad.tensor([3.0], requires_grad=True)            # doctest: +SKIP
+        >>> (x * x).backward(); x.grad                               # doctest: +SKIP
+        tensor([6.])
+        """
+        from .autograd.engine import backward
+
+        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)
+
+    # --- conversion -------------------------------------------------------------------------
+    def numpy(self, force: bool = False) -> np.ndarray:
+        """The underlying numpy array (shared, not copied)."""
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                               "instead.")
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        if dtype is not None and np.dtype(dtype) != self._data.dtype:
+            return self._data.astype(dtype)
+        return self._data.copy() if copy else self._data
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._data.dtype.kind not in "iu" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self._data.reshape(()).item())
+
+    def __repr__(self) -> str:
+        suffixes = []
+        if self._grad_fn is not None:
+            suffixes.append(f"grad_fn=<{type(self._grad_fn).__name__}>")
+        elif self._requires_grad:
+            suffixes.append("requires_grad=True")
+        name = self._data.dtype.name
+        name = "bool" if name == "bool" else name
+        show = name not in _DEFAULT_SHOWN or (self._data.size == 0 and name != "float32")
+        if name == "float32" and _dt.get_default_dtype() is not _dt.float32:
+            show = True
+        return format_tensor(self._data, dtype_name=name, show_dtype=show, suffixes=suffixes)
+
+    __str__ = __repr__
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        from .ops import functional as F
+
+        return iter(F.unbind(self, 0))
+
+    def __reduce__(self):
+        return (_rebuild, (self._data, self._requires_grad))
+
+
+def _rebuild(data, requires_grad):
+    t = Tensor._wrap(data)
+    t._requires_grad = requires_grad
+    return t
+
+
+def _as_array(data: Any, dtype) -> np.ndarray:
+    """Convert tensor-constructor input to an owned numpy array with PyTorch's dtype defaults."""
+    want = None if dtype is None else _dt.to_dtype(dtype)
+    if isinstance(data, Tensor):
+        arr = np.array(data._data, copy=True)
+    elif isinstance(data, np.ndarray):
+        arr = np.array(data, copy=True)
+        _dt.from_numpy_dtype(arr.dtype)  # rejects unsupported dtypes with a clear error
+    elif isinstance(data, np.generic):
+        arr = np.array(data)
+    else:
+        if isinstance(data, (list, tuple)) and _contains_tensor(data):
+            data = _tensors_to_lists(data)
+        try:
+            arr = np.array(data)
+        except ValueError as exc:
+            raise ValueError(f"symgrad.tensor: cannot build a tensor from {type(data).__name__}: {exc}") from None
+        kind = arr.dtype.kind
+        if kind == "f":
+            arr = arr.astype(_dt.get_default_dtype().np if want is None else want.np)
+        elif kind in "iu":
+            arr = arr.astype(np.int64)
+        elif kind == "b":
+            pass
+        elif arr.size == 0 and kind == "f":
+            pass
+        else:
+            raise TypeError(f"symgrad.tensor: could not infer dtype of {type(data).__name__} "
+                            f"(numpy made dtype {arr.dtype})")
+    if want is not None and arr.dtype != want.np:
+        arr = arr.astype(want.np)
+    return arr
+
+
+def _contains_tensor(data) -> bool:
+    return any(isinstance(d, Tensor) or (isinstance(d, (list, tuple)) and _contains_tensor(d)) for d in data)
+
+
+def _tensors_to_lists(data):
+    return [d.tolist() if isinstance(d, Tensor) else _tensors_to_lists(d) if isinstance(d, (list, tuple))
+            else d for d in data]
+
+
+def grad_enabled() -> bool:
+    return STATE.enabled
