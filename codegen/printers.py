@@ -67,6 +67,27 @@ class FormulaPrinter(PythonCodePrinter):
         name = FUNCTION_NAMES.get(name, name)
         return f"{name}({', '.join(self._print(a) for a in expr.args)})"
 
+    def _print_sign(self, expr):
+        return f"sign({self._print(expr.args[0])})"
+
+    def _print_Abs(self, expr):
+        return f"abs({self._print(expr.args[0])})"
+
+    def _nested(self, name, args):
+        out = self._print(args[0])
+        for a in args[1:]:
+            out = f"{name}({out}, {self._print(a)})"
+        return out
+
+    def _print_Max(self, expr):
+        # sympy sorts Max's arguments; keep symbols first so `maximum(self, 0)` reads naturally
+        args = sorted(expr.args, key=lambda a: a.is_number)
+        return self._nested("maximum", args)
+
+    def _print_Min(self, expr):
+        args = sorted(expr.args, key=lambda a: a.is_number)
+        return self._nested("minimum", args)
+
     def _print_Heaviside(self, expr):
         x = self._print(expr.args[0])
         h0 = self._print(expr.args[1]) if len(expr.args) > 1 else "0.5"

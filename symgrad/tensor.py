@@ -298,6 +298,11 @@ class Tensor:
 
     __str__ = __repr__
 
+    def __format__(self, spec: str) -> str:
+        if self._data.ndim == 0:  # f"{t:.3f}" formats the number, as in PyTorch
+            return format(self._data.item(), spec)
+        return format(repr(self), spec)
+
     def __hash__(self) -> int:
         return id(self)
 

@@ -176,7 +176,7 @@ def test_graph_tree_walk():
 
     def walk(node, depth):
         for child, nr in node.next_functions:
-            lines.append("  " * depth + "(%s, %d)" % (name(child), nr))
+            lines.append("  " * depth + f"({name(child)}, {nr})")
             if child is not None:
                 walk(child, depth + 1)
 
@@ -733,14 +733,20 @@ def test_enable_grad_and_set_grad_enabled_decorators():
     def tracked(t):
         return t * 2
 
+    @symgrad.enable_grad
+    def tracked_bare(t):
+        return t * 2
+
     @symgrad.set_grad_enabled(False)
     def untracked(t):
         return t * 2
 
     with symgrad.no_grad():
         y = tracked(x)
+        y2 = tracked_bare(x)
         assert symgrad.is_grad_enabled() is False
     assert y.requires_grad is True and name(y.grad_fn) == "MulBackward0"
+    assert y2.requires_grad is True and name(y2.grad_fn) == "MulBackward0"
     z = untracked(x)
     assert z.requires_grad is False
     assert symgrad.is_grad_enabled() is True
@@ -1298,7 +1304,8 @@ def test_detect_anomaly_context_manager():
         ("tensor([1, 2.5])", lambda: symgrad.tensor([1, 2.5]), "float32", [1.0, 2.5]),
         ("tensor([2])", lambda: symgrad.tensor([2]), "int64", [2]),
         ("tensor(float64 array)", lambda: symgrad.tensor(np.array([0.5, 1.5])), "float64", [0.5, 1.5]),
-        ("from_numpy float32", lambda: symgrad.from_numpy(np.array([1.5], dtype=np.float32)), "float32", [1.5]),
+        ("from_numpy float32", lambda: symgrad.from_numpy(np.array([1.5], dtype=np.float32)), "float32",
+         [1.5]),
         ("from_numpy float64", lambda: symgrad.from_numpy(np.array([1.5])), "float64", [1.5]),
         ("zeros(2)", lambda: symgrad.zeros(2), "float32", [0.0, 0.0]),
         ("arange(3)", lambda: symgrad.arange(3), "int64", [0, 1, 2]),

@@ -38,7 +38,7 @@ STDERR_TAIL_LINES = 20
 KNOWN_FAILING: set = set()
 
 if not CASES_DIR.is_dir():
-    pytest.skip("parity corpus not found at %s" % PARITY_DIR, allow_module_level=True)
+    pytest.skip(f"parity corpus not found at {PARITY_DIR}", allow_module_level=True)
 
 
 def case_names():
@@ -78,8 +78,7 @@ def run_case(name, env):
             env=env,
             cwd=str(REPO_ROOT),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             timeout=TIMEOUT_S,
         )
     except subprocess.TimeoutExpired as exc:
@@ -119,9 +118,9 @@ def test_known_failing_names_exist():
 
 
 def test_corpus_is_not_empty():
-    assert CASES, "no parity cases found in %s" % CASES_DIR
+    assert CASES, f"no parity cases found in {CASES_DIR}"
     for name in CASES:
-        assert (CASES_DIR / (name + ".expected")).is_file(), "%s has no .expected file" % name
+        assert (CASES_DIR / (name + ".expected")).is_file(), f"{name} has no .expected file"
 
 
 @pytest.mark.parametrize("case", [_param(n) for n in CASES])
@@ -131,20 +130,21 @@ def test_parity_case(case, parity_results):
     expected = normalise(expected_path.read_text(encoding="utf-8"))
     actual = normalise(out)
     if rc is None:
-        pytest.fail("%s timed out after %.0f s" % (case, TIMEOUT_S), pytrace=False)
+        pytest.fail(f"{case} timed out after {TIMEOUT_S:.0f} s", pytrace=False)
     if rc != 0:
         same = 0
         while same < min(len(expected), len(actual)) and expected[same] == actual[same]:
             same += 1
         tail = "\n".join("    " + line for line in normalise(err)[-STDERR_TAIL_LINES:])
         pytest.fail(
-            "%s crashed (exit status %d) after %d of %d expected lines matched; stderr:\n%s"
-            % (case, rc, same, len(expected), tail),
+            f"{case} crashed (exit status {rc}) after {same} of {len(expected)} expected lines matched; "
+            f"stderr:\n{tail}",
             pytrace=False,
         )
     if actual != expected:
-        diff = list(difflib.unified_diff(expected, actual, "expected (torch)", "actual (%s)" % MODULE,
+        diff = list(difflib.unified_diff(expected, actual, "expected (torch)", f"actual ({MODULE})",
                                          lineterm="", n=1))
         if len(diff) > MAX_DIFF_LINES:
-            diff = diff[:MAX_DIFF_LINES] + ["... (%d more diff lines)" % (len(diff) - MAX_DIFF_LINES)]
-        pytest.fail("%s output differs from PyTorch:\n%s" % (case, "\n".join(diff)), pytrace=False)
+            diff = diff[:MAX_DIFF_LINES] + [f"... ({len(diff) - MAX_DIFF_LINES} more diff lines)"]
+        text = "\n".join(diff)
+        pytest.fail(f"{case} output differs from PyTorch:\n{text}", pytrace=False)

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the seed snippets are kept verbatim, long lines included)
 """The code examples of the three seed tutorials, run with ``symgrad`` in place of ``torch``.
 
 Each example is kept verbatim as a string (only ``import torch`` becomes

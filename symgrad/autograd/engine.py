@@ -157,6 +157,8 @@ def _validate(node: Node, index: int, g, meta, create_graph: bool):
     if create_graph:
         from ..ops import functional as F
 
+        if not hasattr(g, "_data"):  # a constant formula such as sign's 0
+            g = _tensor_cls()._wrap(np.asarray(g, dtype=dtype))
         if tuple(g.shape) != shape:
             g = _reshape_grad(node, index, g, shape, F.sum_to, F.expand)
         if g._data.dtype != dtype:

@@ -13,7 +13,6 @@ import warnings
 import numpy as np
 
 from .engine import grad as autograd_grad
-from .grad_mode import no_grad
 
 
 class GradcheckError(RuntimeError):
@@ -35,12 +34,12 @@ def _numerical_jacobian(func, inputs, x, out_index, out_numel, eps):
     jac = np.zeros((out_numel, flat.size))
     for j in range(flat.size):
         orig = flat[j]
-        with no_grad():
-            flat[j] = orig + eps
-            plus = np.array(_tensors(func(*inputs))[out_index]._data, dtype=np.float64).reshape(-1)
-            flat[j] = orig - eps
-            minus = np.array(_tensors(func(*inputs))[out_index]._data, dtype=np.float64).reshape(-1)
-            flat[j] = orig
+        # func may itself differentiate (gradgradcheck), so it runs with grad mode on
+        flat[j] = orig + eps
+        plus = np.array(_tensors(func(*inputs))[out_index]._data, dtype=np.float64).reshape(-1)
+        flat[j] = orig - eps
+        minus = np.array(_tensors(func(*inputs))[out_index]._data, dtype=np.float64).reshape(-1)
+        flat[j] = orig
         jac[:, j] = (plus - minus) / (2 * eps)
     return jac
 

@@ -138,6 +138,73 @@ tanh = _unary("tanh")
 sqrt = _unary("sqrt")
 
 
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+abs = _unary("abs")
+absolute = abs
+sign = _unary("sign")
+expm1 = _unary("expm1")
+log2 = _unary("log2")
+exp2 = _unary("exp2")
+rsqrt = _unary("rsqrt")
+erf = _unary("erf")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+tan = _unary("tan")
+atan = arctan = _unary("atan")
+
+
+@forward("sigmoid", dtype_rule="float")
+def _sigmoid_fwd(self):
+    # exp(-|x|) never overflows, unlike the table's 1/(1+exp(-x)) printed literally
+    e = np.exp(-np.abs(self))
+    return np.where(self >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _bound(value, data: np.ndarray, upper: bool):
+    if value is not None:
+        return _operand(value)
+    if data.dtype.kind in "iu":
+        info = np.iinfo(data.dtype)
+        return int(info.max if upper else info.min)
+    return float("inf") if upper else float("-inf")
+
+
+def clamp(input, min=None, max=None) -> Tensor:
+    """Limit values to ``[min, max]`` (ClampBackward1; tensor bounds: ClampBackward0).
+
+    The gradient passes at the bounds themselves, as in PyTorch.
+    """
+    t = as_tensor(input)
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    lo, hi = _bound(min, t._data, False), _bound(max, t._data, True)
+    if isinstance(lo, Tensor) or isinstance(hi, Tensor):
+        return _call("clamp.Tensor", t, lo, hi)
+    return _call("clamp", t, lo, hi)
+
+
+clip = clamp
+
+
+def clamp_min(input, min) -> Tensor:
+    return _call("clamp_min", as_tensor(input), _operand(min))
+
+
+def clamp_max(input, max) -> Tensor:
+    return _call("clamp_max", as_tensor(input), _operand(max))
+
+
+def maximum(input, other) -> Tensor:
+    """Elementwise maximum; a tie sends half the gradient to each side (MaximumBackward0)."""
+    return _call("maximum", as_tensor(input), _operand(other))
+
+
+def minimum(input, other) -> Tensor:
+    """Elementwise minimum; a tie sends half the gradient to each side (MinimumBackward0)."""
+    return _call("minimum", as_tensor(input), _operand(other))
+
+
 # --- comparisons and other non-differentiable elementwise ops ------------------------------
 
 def _compare(ufunc, name):
@@ -219,6 +286,187 @@ def _mean_fwd(self, dtype=None):
 @forward("mean.dim", float_only=True)
 def _mean_dim_fwd(self, dim, keepdim=False, dtype=None):
     return np.mean(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@forward("prod")
+def _prod_fwd(self, dtype=None):
+    return np.prod(self)
+
+
+@forward("prod.dim_int")
+def _prod_dim_fwd(self, dim, keepdim=False, dtype=None):
+    return np.prod(self, axis=dim, keepdims=keepdim)
+
+
+@forward("max.dim")
+def _max_dim_fwd(self, dim, keepdim=False):
+    idx = np.argmax(self, axis=dim, keepdims=True)
+    vals = np.take_along_axis(self, idx, axis=dim)
+    if not keepdim:
+        vals, idx = np.squeeze(vals, dim), np.squeeze(idx, dim)
+    return vals, idx.astype(np.int64)
+
+
+@forward("min.dim")
+def _min_dim_fwd(self, dim, keepdim=False):
+    idx = np.argmin(self, axis=dim, keepdims=True)
+    vals = np.take_along_axis(self, idx, axis=dim)
+    if not keepdim:
+        vals, idx = np.squeeze(vals, dim), np.squeeze(idx, dim)
+    return vals, idx.astype(np.int64)
+
+
+def _nonempty(op):
+    def fwd(self, *args):
+        if self.size == 0:
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        return (np.max if op == "max" else np.min)(self, *args)
+
+    return fwd
+
+
+forward("max")(_nonempty("max"))
+forward("min")(_nonempty("min"))
+
+
+@forward("amax")
+def _amax_fwd(self, dim=(), keepdim=False):
+    return np.amax(self, axis=normalize_dims(dim or None, self.ndim), keepdims=keepdim)
+
+
+@forward("amin")
+def _amin_fwd(self, dim=(), keepdim=False):
+    return np.amin(self, axis=normalize_dims(dim or None, self.ndim), keepdims=keepdim)
+
+
+@forward("var.correction", float_only=True)
+def _var_fwd(self, dim=None, correction=None, keepdim=False):
+    return np.var(self, axis=normalize_dims(dim, self.ndim), ddof=1 if correction is None else correction,
+                  keepdims=keepdim)
+
+
+@forward("std.correction", float_only=True)
+def _std_fwd(self, dim=None, correction=None, keepdim=False):
+    return np.std(self, axis=normalize_dims(dim, self.ndim), ddof=1 if correction is None else correction,
+                  keepdims=keepdim)
+
+
+@forward("logsumexp", float_only=True)
+def _logsumexp_fwd(self, dim, keepdim=False):
+    axes = normalize_dims(dim, self.ndim)
+    m = np.amax(self, axis=axes, keepdims=True) if self.size else np.zeros((1,) * self.ndim, self.dtype)
+    m = np.where(np.isfinite(m), m, 0)  # all -inf rows stay -inf instead of becoming nan
+    out = np.log(np.sum(np.exp(self - m), axis=axes, keepdims=True)) + m
+    return out if keepdim else np.squeeze(out, axes)
+
+
+@forward("_softmax", float_only=True)
+def _softmax_fwd(self, dim, half_to_float=False):
+    e = np.exp(self - np.amax(self, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+@forward("_log_softmax", float_only=True)
+def _log_softmax_fwd(self, dim, half_to_float=False):
+    shifted = self - np.amax(self, axis=dim, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
+
+
+class return_types:
+    """Named (values, indices) results of max/min with a dim, like torch.return_types."""
+
+    class _ValuesIndices(tuple):
+        def __new__(cls, values, indices):
+            return super().__new__(cls, (values, indices))
+
+        values = property(lambda self: self[0])
+        indices = property(lambda self: self[1])
+
+    class max(_ValuesIndices):
+        pass
+
+    class min(_ValuesIndices):
+        pass
+
+
+def prod(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """Product of all elements (ProdBackward0) or along ``dim`` (ProdBackward1); exact with zeros."""
+    t = as_tensor(input)
+    if dim is None:
+        return _call("prod", t, None)
+    return _call("prod.dim_int", t, _check_dim(dim, t.ndim, "prod"), keepdim, None)
+
+
+def _max_min(name: str, input, dim, keepdim, other):
+    t = as_tensor(input)
+    if other is not None or isinstance(dim, Tensor):
+        return (maximum if name == "max" else minimum)(t, dim if other is None else other)
+    if dim is None:
+        return _call(name, t)
+    values, indices = _call(f"{name}.dim", t, _check_dim(dim, t.ndim, name), keepdim)
+    return getattr(return_types, name)(values, indices)
+
+
+def max(input, dim=None, keepdim: bool = False, *, other=None):
+    """Largest element (MaxBackward1), or ``(values, indices)`` along ``dim`` (MaxBackward0)."""
+    return _max_min("max", input, dim, keepdim, other)
+
+
+def min(input, dim=None, keepdim: bool = False, *, other=None):
+    """Smallest element (MinBackward1), or ``(values, indices)`` along ``dim`` (MinBackward0)."""
+    return _max_min("min", input, dim, keepdim, other)
+
+
+def amax(input, dim=(), keepdim: bool = False) -> Tensor:
+    """Maximum over ``dim`` (all dims by default); ties share the gradient evenly."""
+    t = as_tensor(input)
+    dims = _dims_arg(None if dim in ((), []) else dim, t.ndim, "amax")
+    return _call("amax", t, dims or (), keepdim)
+
+
+def amin(input, dim=(), keepdim: bool = False) -> Tensor:
+    t = as_tensor(input)
+    dims = _dims_arg(None if dim in ((), []) else dim, t.ndim, "amin")
+    return _call("amin", t, dims or (), keepdim)
+
+
+def var(input, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None) -> Tensor:
+    """Variance (VarBackward0); unbiased (correction 1) by default, as in PyTorch."""
+    t = as_tensor(input)
+    if isinstance(dim, bool):  # var(x, False): the old positional unbiased flag
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 1 if unbiased in (None, True) else 0
+    return _call("var.correction", t, _dims_arg(dim, t.ndim, "var"), correction, keepdim)
+
+
+def std(input, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None) -> Tensor:
+    """Standard deviation (StdBackward0); unbiased by default."""
+    t = as_tensor(input)
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 1 if unbiased in (None, True) else 0
+    return _call("std.correction", t, _dims_arg(dim, t.ndim, "std"), correction, keepdim)
+
+
+def logsumexp(input, dim, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x), dim))`` computed stably (LogsumexpBackward0)."""
+    t = as_tensor(input)
+    return _call("logsumexp", t, _dims_arg(dim, t.ndim, "logsumexp"), keepdim)
+
+
+def softmax(input, dim: int, dtype=None) -> Tensor:
+    """Stable softmax along ``dim`` (SoftmaxBackward0)."""
+    t = as_tensor(input) if dtype is None else to(input, dtype)
+    return _call("_softmax", t, _check_dim(dim, t.ndim, "softmax"), False)
+
+
+def log_softmax(input, dim: int, dtype=None) -> Tensor:
+    """Stable log-softmax along ``dim`` (LogSoftmaxBackward0)."""
+    t = as_tensor(input) if dtype is None else to(input, dtype)
+    return _call("_log_softmax", t, _check_dim(dim, t.ndim, "log_softmax"), False)
 
 
 def _is_all_dims(dim) -> bool:
@@ -340,6 +588,214 @@ def to_dtype(input, d) -> Tensor:
     return to(input, d)
 
 
+# --- linear algebra -------------------------------------------------------------------------
+
+@forward("mm", dtype_rule="promote")
+def _mm_fwd(self, mat2):
+    return np.matmul(self, mat2)
+
+
+forward("mv", dtype_rule="promote")(_mm_fwd)
+forward("bmm", dtype_rule="promote")(_mm_fwd)
+forward("dot", dtype_rule="promote")(lambda self, tensor: np.dot(self, tensor))
+forward("outer", dtype_rule="promote")(lambda self, vec2: np.outer(self, vec2))
+
+
+def _shapes_error(op: str, a: Tensor, b: Tensor, detail: str):
+    return RuntimeError(f"{op}: {detail} (got shapes {list(a.shape)} and {list(b.shape)})")
+
+
+def mm(input, mat2) -> Tensor:
+    """Matrix product of two 2-D tensors (MmBackward0)."""
+    a, b = as_tensor(input), as_tensor(mat2)
+    if a.ndim != 2 or b.ndim != 2:
+        raise _shapes_error("mm", a, b, "both arguments must be 2-D")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+                           f"{b.shape[0]}x{b.shape[1]})")
+    return _call("mm", a, b)
+
+
+def mv(input, vec) -> Tensor:
+    """Matrix-vector product (MvBackward0)."""
+    a, v = as_tensor(input), as_tensor(vec)
+    if a.ndim != 2 or v.ndim != 1 or a.shape[1] != v.shape[0]:
+        raise _shapes_error("mv", a, v, "expected a [n, m] matrix and an [m] vector")
+    return _call("mv", a, v)
+
+
+def dot(input, tensor) -> Tensor:
+    """Inner product of two 1-D tensors (DotBackward0)."""
+    a, b = as_tensor(input), as_tensor(tensor)
+    if a.ndim != 1 or b.ndim != 1 or a.shape[0] != b.shape[0]:
+        raise _shapes_error("dot", a, b, "expected two 1-D tensors of the same size")
+    return _call("dot", a, b)
+
+
+def outer(input, vec2) -> Tensor:
+    a, b = as_tensor(input), as_tensor(vec2)
+    if a.ndim != 1 or b.ndim != 1:
+        raise _shapes_error("outer", a, b, "expected two 1-D tensors")
+    return _call("outer", a, b)
+
+
+ger = outer
+
+
+def bmm(input, mat2) -> Tensor:
+    """Batched matrix product of 3-D tensors (BmmBackward0)."""
+    a, b = as_tensor(input), as_tensor(mat2)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise _shapes_error("bmm", a, b, "expected [b, n, k] and [b, k, m]")
+    return _call("bmm", a, b)
+
+
+def _unsafe_view(input, shape) -> Tensor:
+    return _call("_unsafe_view", input, tuple(shape))
+
+
+def matmul(input, other) -> Tensor:
+    """``input @ other`` with PyTorch's dispatch: dot, mv, mm, or batched bmm with broadcasting."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"matmul: both arguments need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k_a != k_b:
+        raise RuntimeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
+                           f"(inner dimensions {k_a} and {k_b} differ)")
+    if a.ndim == 1 and b.ndim == 1:
+        return dot(a, b)
+    if a.ndim == 2 and b.ndim == 1:
+        return mv(a, b)
+    if a.ndim == 1 and b.ndim == 2:
+        return _call("squeeze_.dim", mm(unsqueeze(a, 0), b), 0)
+    if a.ndim == 2 and b.ndim == 2:
+        return mm(a, b)
+    if a.ndim >= 3 and b.ndim <= 2:  # fold the batch into the rows, as PyTorch does
+        folded = reshape(a, (-1, k_a))
+        out = mv(folded, b) if b.ndim == 1 else mm(folded, b)
+        return _unsafe_view(out, tuple(a.shape[:-1]) + (() if b.ndim == 1 else (b.shape[-1],)))
+    a3 = unsqueeze(a, 0) if a.ndim == 1 else a
+    b3 = unsqueeze(b, -1) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(tuple(a3.shape[:-2]), tuple(b3.shape[:-2]))
+    n, m = a3.shape[-2], b3.shape[-1]
+    A = reshape(expand(a3, batch + tuple(a3.shape[-2:])), (-1, n, k_a))
+    B = reshape(expand(b3, batch + tuple(b3.shape[-2:])), (-1, k_a, m))
+    out = _unsafe_view(bmm(A, B), batch + (n, m))
+    if a.ndim == 1:
+        out = squeeze(out, -2)
+    if b.ndim == 1:
+        out = squeeze(out, -1)
+    return out
+
+
+@forward("_unsafe_view")
+def _unsafe_view_fwd(self, size):
+    return np.reshape(self, size)
+
+
+@forward("t", view=True)
+def _t_fwd(self):
+    return self.T
+
+
+@forward("transpose.int", view=True)
+def _transpose_fwd(self, dim0, dim1):
+    return np.swapaxes(self, dim0, dim1)
+
+
+@forward("permute", view=True)
+def _permute_fwd(self, dims):
+    return np.transpose(self, dims)
+
+
+def _squeeze_fwd(self, dim=None):
+    if dim is None:
+        return np.squeeze(self)
+    dims = tuple(d for d in normalize_dims(dim, self.ndim) if self.shape[d] == 1) if self.ndim else ()
+    return np.squeeze(self, dims) if dims else self
+
+
+for _key in ("squeeze", "squeeze.dim", "squeeze.dims", "squeeze_", "squeeze_.dim"):
+    forward(_key, view=True)(_squeeze_fwd)
+
+
+@forward("cat", dtype_rule="promote")
+def _cat_fwd(tensors, dim=0):
+    return np.concatenate(tensors, axis=dim)
+
+
+def t(input) -> Tensor:
+    """Transpose of a tensor of at most 2 dimensions (TBackward0)."""
+    x = as_tensor(input)
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return _call("t", x)
+
+
+def transpose(input, dim0: int, dim1: int) -> Tensor:
+    """Swap two dimensions (TransposeBackward0)."""
+    x = as_tensor(input)
+    return _call("transpose.int", x, _check_dim(dim0, x.ndim, "transpose"), _check_dim(dim1, x.ndim, "transpose"))
+
+
+swapaxes = transpose
+
+
+def permute(input, *dims) -> Tensor:
+    """Reorder dimensions (PermuteBackward0)."""
+    x = as_tensor(input)
+    dims = _size_arg(dims)
+    if sorted(d % builtins.max(x.ndim, 1) for d in dims) != list(range(x.ndim)):
+        raise RuntimeError(f"permute: dims {list(dims)} are not a permutation of the {x.ndim} dimensions")
+    return _call("permute", x, tuple(d % builtins.max(x.ndim, 1) for d in dims))
+
+
+def squeeze(input, dim=None) -> Tensor:
+    """Drop dimensions of size one (all, or those in ``dim``)."""
+    x = as_tensor(input)
+    if dim is None:
+        return _call("squeeze", x)
+    if isinstance(dim, (tuple, list)):
+        return _call("squeeze.dims", x, tuple(_check_dim(d, x.ndim, "squeeze") for d in dim))
+    return _call("squeeze.dim", x, _check_dim(dim, x.ndim, "squeeze"))
+
+
+def flatten(input, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dimensions ``start_dim..end_dim`` into one (a view: ViewBackward0)."""
+    x = as_tensor(input)
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = _check_dim(start_dim, x.ndim, "flatten"), _check_dim(end_dim, x.ndim, "flatten")
+    if s == e:
+        return x
+    shape = tuple(x.shape[:s]) + (-1,) + tuple(x.shape[e + 1:])
+    return reshape(x, shape)
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """Concatenate along an existing dimension (CatBackward0)."""
+    ts = [as_tensor(t) for t in tensors]
+    if not ts:
+        raise RuntimeError("cat expects a non-empty TensorList")
+    d = _check_dim(dim, ts[0].ndim, "cat")
+    ref = list(ts[0].shape)
+    for k, x in enumerate(ts):
+        if x.ndim != len(ref) or any(x.shape[i] != ref[i] for i in range(len(ref)) if i != d):
+            raise RuntimeError(f"cat: sizes of tensors must match except in dimension {d}; tensor 0 has shape "
+                               f"{ref} and tensor {k} has shape {list(x.shape)}")
+    return _call("cat", ts, d)
+
+
+concat = concatenate = cat
+
+
+def contiguous(input) -> Tensor:
+    """The tensor itself (numpy-backed tensors need no re-layout for correctness)."""
+    return as_tensor(input)
+
+
 # --- formula vocabulary in its differentiable form (create_graph=True) ---------------------
 
 def sum_to(x: Tensor, shape) -> Tensor:
@@ -365,7 +821,80 @@ def sum_backward(grad: Tensor, shape, dim, keepdim) -> Tensor:
 
 
 def index(x: Tensor, idx) -> Tensor:
-    return x[idx]
+    return _call("index.Tensor", x, idx)
+
+
+def cat_backward(grad: Tensor, dim: int, shapes) -> tuple:
+    out, start = [], 0
+    for shp in shapes:
+        out.append(slice_op(grad, dim, start, start + shp[dim], 1))
+        start += shp[dim]
+    return tuple(out)
+
+
+def inverse_permutation(dims):
+    from .vocab import inverse_permutation as inv
+
+    return inv(dims)
+
+
+def _unsqueeze_dims(grad: Tensor, shape, dim, keepdim) -> Tensor:
+    if keepdim or not len(shape):
+        return grad
+    kept = list(grad.shape)
+    for d in normalize_dims(dim, len(shape)):
+        kept.insert(d, 1)
+    return reshape(grad, tuple(kept))
+
+
+def var_backward(grad: Tensor, self: Tensor, dim, correction, keepdim) -> Tensor:
+    axes = normalize_dims(dim, self.ndim)
+    n = 1
+    for a in axes:
+        n *= self.shape[a]
+    c = 1 if correction is None else correction
+    g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
+    return g * (2.0 / builtins.max(n - c, 0)) * (self - mean(self, axes, keepdim=True))
+
+
+def amax_backward(grad: Tensor, self: Tensor, result: Tensor, dim, keepdim) -> Tensor:
+    from .vocab import _np_amax_backward
+
+    ones = np.ones(tuple(grad.shape), dtype=grad._data.dtype)
+    weights = _np_amax_backward(ones, self._data, result._data, dim, keepdim)  # mask / count: constant
+    g = _unsqueeze_dims(grad, tuple(self.shape), None if dim in ((), [], None) else dim, keepdim)
+    return g * Tensor._wrap(np.ascontiguousarray(weights))
+
+
+def amax_backward_all(grad: Tensor, self: Tensor, result: Tensor) -> Tensor:
+    return amax_backward(grad, self, result, None, False)
+
+
+def index_reduction_backward(grad: Tensor, indices, shape, dim, keepdim) -> Tensor:
+    idx = indices._data if isinstance(indices, Tensor) else indices
+    if not keepdim:
+        idx = np.expand_dims(idx, dim)
+    mask = np.zeros(shape, dtype=grad._data.dtype)
+    np.put_along_axis(mask, idx, 1, axis=dim)
+    g = _unsqueeze_dims(grad, tuple(shape), dim, keepdim)
+    return expand(g, tuple(shape)) * Tensor._wrap(mask)
+
+
+def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
+    g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
+    if (self._data == 0).any():  # second order through zeros is not differentiated further
+        from .vocab import _exclusive_prod
+
+        return g * Tensor._wrap(_exclusive_prod(self._data, dim))
+    return g * prod(self, dim, keepdim=True) / self
+
+
+def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
+    if (self._data == 0).any():
+        from .vocab import _np_prod_backward_all
+
+        return grad * Tensor._wrap(_np_prod_backward_all(np.ones((), self._data.dtype), self._data))
+    return expand(grad, tuple(self.shape)) * prod(self) / self
 
 
 def index_zero(x: Tensor, idx) -> Tensor:
@@ -442,7 +971,7 @@ def _stack_fwd(tensors, dim=0):
 
 
 def _check_dim(dim: int, ndim: int, op: str) -> int:
-    bound = max(ndim, 1)
+    bound = builtins.max(ndim, 1)
     if not -bound <= dim < bound:
         raise IndexError(f"{op}(): Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
                          f"but got {dim})")
@@ -539,7 +1068,7 @@ def getitem(t: Tensor, idx) -> Tensor:
             if (start, stop, step) != (0, out.shape[dim], 1):
                 if step < 0:
                     raise ValueError("step must be greater than zero")
-                out = slice_op(out, dim, start, max(stop, start), step)
+                out = slice_op(out, dim, start, builtins.max(stop, start), step)
             dim += 1
         elif isinstance(item, (int, np.integer)):
             out = select(out, dim, int(item))
@@ -595,6 +1124,16 @@ def inplace(t: Tensor, fn, *args, name: str = "inplace") -> Tensor:
         return _write_inplace(t, result, name)
     result = fn(_alias_for_inplace(t, True), *args)
     return _write_inplace(t, result, name)
+
+
+@forward("zero_")
+def _zero_fwd(self):
+    return np.zeros_like(self)
+
+
+def zero_(t: Tensor) -> Tensor:
+    """Fill with zeros in place (ZeroBackward0 on a non-leaf)."""
+    return inplace(t, lambda x: _call("zero_", x), name="zero_")
 
 
 @forward("copy_slices")

@@ -22,13 +22,6 @@ def _inplace_method(fn, name):
     return method
 
 
-def _zero_(self):
-    F._check_inplace_leaf(self)
-    self._data[...] = 0
-    self._version_counter.value += 1
-    return self
-
-
 OPERATORS = {
     "__add__": F.add, "__radd__": F.add, "__sub__": F.sub, "__rsub__": F.rsub,
     "__mul__": F.mul, "__rmul__": F.mul, "__truediv__": F.div, "__rtruediv__": _swap(F.div),
@@ -38,6 +31,7 @@ OPERATORS = {
     "__gt__": F.gt, "__lt__": F.lt, "__ge__": F.ge, "__le__": F.le, "__eq__": F.eq, "__ne__": F.ne,
     "__and__": F.logical_and, "__or__": F.logical_or, "__invert__": F.logical_not,
     "__getitem__": lambda self, idx: F.getitem(self, idx),
+    "__matmul__": F.matmul, "__rmatmul__": _swap(F.matmul), "__abs__": F.abs,
     "__setitem__": F.setitem,
 }
 
@@ -51,9 +45,27 @@ METHODS = {
     "float": lambda self: F.to(self, "float32"), "double": lambda self: F.to(self, "float64"),
     "long": lambda self: F.to(self, "int64"), "int": lambda self: F.to(self, "int32"),
     "bool": lambda self: F.to(self, "bool"), "type_as": lambda self, other: F.to(self, other.dtype),
+    "sigmoid": F.sigmoid, "relu": F.relu, "abs": F.abs, "sign": F.sign, "expm1": F.expm1, "log2": F.log2,
+    "exp2": F.exp2, "rsqrt": F.rsqrt, "erf": F.erf, "sinh": F.sinh, "cosh": F.cosh, "tan": F.tan,
+    "atan": F.atan, "arctan": F.atan, "clamp": F.clamp, "clip": F.clamp, "clamp_min": F.clamp_min,
+    "clamp_max": F.clamp_max, "maximum": F.maximum, "minimum": F.minimum, "prod": F.prod, "max": F.max,
+    "min": F.min, "amax": F.amax, "amin": F.amin, "var": F.var, "std": F.std, "logsumexp": F.logsumexp,
+    "softmax": F.softmax, "log_softmax": F.log_softmax, "matmul": F.matmul, "mm": F.mm, "mv": F.mv,
+    "dot": F.dot, "outer": F.outer, "bmm": F.bmm, "t": F.t, "transpose": F.transpose, "permute": F.permute,
+    "squeeze": F.squeeze, "unsqueeze": F.unsqueeze, "flatten": F.flatten, "contiguous": F.contiguous,
+    "unbind": F.unbind, "select": F.select, "where": lambda self, cond, other: F.where(cond, self, other),
+    "broadcast_to": F.broadcast_to, "swapaxes": F.transpose, "index_select": None,
+}
+del METHODS["index_select"]
+
+PROPERTIES = {
+    "T": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),
+    "mT": lambda self: F.transpose(self, -2, -1),
 }
 
-INPLACE = {"add_": F.add, "sub_": F.sub, "mul_": F.mul, "div_": F.div, "pow_": F.pow, "neg_": F.neg}
+INPLACE = {"add_": F.add, "sub_": F.sub, "mul_": F.mul, "div_": F.div, "pow_": F.pow, "neg_": F.neg,
+           "clamp_": F.clamp, "clamp_min_": F.clamp_min, "clamp_max_": F.clamp_max, "relu_": F.relu,
+           "exp_": F.exp, "sigmoid_": F.sigmoid, "tanh_": F.tanh}
 AUGMENTED = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
              "__ipow__": "pow_"}
 
@@ -68,5 +80,7 @@ def attach(extra_methods: dict | None = None, extra_inplace: dict | None = None)
         setattr(Tensor, name, _inplace_method(fn, name))
     for dunder, name in AUGMENTED.items():
         setattr(Tensor, dunder, getattr(Tensor, name))
-    Tensor.zero_ = _zero_
+    for name, fn in PROPERTIES.items():
+        setattr(Tensor, name, property(fn))
+    Tensor.zero_ = F.zero_
     Tensor.__hash__ = lambda self: id(self)

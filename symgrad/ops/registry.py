@@ -133,11 +133,12 @@ def _attach_node(op: OpDef) -> None:
         if kind == "meta":
             base, what = name.split("__")
             plan.append((name, "meta_" + what, arg_pos.get(base, -1)))
-        elif name == "result":
-            plan.append((name, "result", -1))
+        elif name.startswith("result"):
+            plan.append((name, "result", int(name[6:] or 0)))
         else:
             plan.append((name, kind, arg_pos[name]))
     op.save_plan = tuple(plan)
+    op.extra["saves_result"] = any(kind == "result" for _, kind, _ in plan)
 
 
 class _LazyFormula:
@@ -266,8 +267,10 @@ def apply(op: OpDef, args: tuple):
             t._grad_fn = node
             t._output_nr = k
         results.append(t)
-    if node is not None and "result" in node._saved:
-        node._saved["result"] = SavedVariable(results[0], is_output=True)
+    if node is not None and op.extra.get("saves_result"):
+        for name, kind, k in op.save_plan:
+            if kind == "result":
+                node._saved[name] = SavedVariable(results[k], is_output=True)
     return tuple(results) if multi else results[0]
 
 

@@ -220,7 +220,7 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
         raise RuleTableError(f"{where}: {exc}") from None
     where = f"derivatives.yaml line {line} ({schema.key})"
     arg_names = {a.name for a in schema.args}
-    scope = arg_names | {"grad", "grads", "result"}
+    scope = arg_names | {"grad", "grads", "result"} | {f"result{i}" for i in range(schema.num_outputs)}
 
     elementwise = None
     if "elementwise" in entry:
@@ -280,7 +280,7 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
                 continue
             if "__" in p:
                 saved[p] = "meta"
-            elif p == "result" or p in tensor_args:
+            elif p.startswith("result") or p in tensor_args:
                 saved[p] = "tensor"
             else:
                 saved[p] = "value"

@@ -21,7 +21,9 @@ import numpy as np
 ELEMENTWISE = ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan", "sqrt", "abs",
                "sign", "erf", "log1p", "expm1", "log2", "exp2", "maximum", "minimum", "sigmoid")
 PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "logical_not")
-HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward")
+HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
+           "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward", "amax_backward", "var_backward", "cat_backward",
+           "inverse_permutation")
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
 TENSOR_ALIASES = {"slice": "slice_op"}
 FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
@@ -99,6 +101,71 @@ def _np_unbind_backward(grads, shape, dim):
     return np.stack(parts, axis=dim)
 
 
+def _exclusive_prod(x, axis):
+    """Product of all other elements along ``axis`` (exact with zeros, no division)."""
+    ones = np.ones_like(np.take(x, [0], axis=axis))
+    left = np.cumprod(np.concatenate([ones, np.take(x, np.arange(x.shape[axis] - 1), axis=axis)], axis), axis)
+    flipped = np.flip(x, axis)
+    right = np.cumprod(np.concatenate([ones, np.take(flipped, np.arange(x.shape[axis] - 1), axis=axis)], axis),
+                       axis)
+    return left * np.flip(right, axis)
+
+
+def _np_prod_backward_all(grad, self):
+    others = _exclusive_prod(self.reshape(-1), 0).reshape(self.shape) if self.size else self
+    return np.broadcast_to(grad, self.shape) * others
+
+
+def _np_prod_backward(grad, self, dim, keepdim):
+    if not keepdim:
+        grad = np.expand_dims(grad, dim)
+    return grad * _exclusive_prod(self, dim)
+
+
+def _np_index_reduction_backward(grad, indices, shape, dim, keepdim):
+    if not keepdim:
+        grad = np.expand_dims(grad, dim)
+        indices = np.expand_dims(indices, dim)
+    out = np.zeros(shape, dtype=grad.dtype)
+    np.put_along_axis(out, indices, grad, axis=dim)
+    return out
+
+
+def _np_amax_backward(grad, self, result, dim, keepdim):
+    axes = normalize_dims(dim if dim not in ((), []) else None, self.ndim)
+    if not keepdim and self.ndim:
+        grad = np.expand_dims(grad, axes)
+        result = np.expand_dims(result, axes)
+    mask = (self == result).astype(grad.dtype)
+    count = mask.sum(axis=axes, keepdims=True)
+    return grad * mask / count
+
+
+def _np_var_backward(grad, self, dim, correction, keepdim):
+    axes = normalize_dims(dim, self.ndim)
+    n = 1
+    for a in axes:
+        n *= self.shape[a]
+    c = 1 if correction is None else correction
+    if not keepdim and self.ndim:
+        grad = np.expand_dims(grad, axes)
+    mean = self.mean(axis=axes, keepdims=True)
+    return grad * (2.0 / max(n - c, 0)) * (self - mean)
+
+
+def _np_cat_backward(grad, dim, shapes):
+    sizes = np.cumsum([s[dim] for s in shapes])[:-1]
+    return tuple(np.split(grad, sizes, axis=dim))
+
+
+def inverse_permutation(dims):
+    """The permutation that undoes ``dims``."""
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d % len(dims)] = i
+    return tuple(inv)
+
+
 NUMPY_FUNCTIONS = {
     "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
     "sinh": np.sinh, "cosh": np.cosh, "atan": np.arctan, "sqrt": np.sqrt, "abs": np.abs,
@@ -109,6 +176,11 @@ NUMPY_FUNCTIONS = {
     "where": np.where, "expand": np.broadcast_to, "sum_to": sum_to, "sum_backward": _np_sum_backward,
     "reshape": np.reshape, "to_dtype": lambda x, d: x.astype(d.np, copy=False),
     "index_zero": _np_index_zero, "unbind_backward": _np_unbind_backward,
+    "prod_backward": _np_prod_backward, "prod_backward_all": _np_prod_backward_all,
+    "amax_backward_all": lambda grad, self, result: _np_amax_backward(grad, self, result, None, False),
+    "sum": lambda x, dim, keepdim=False: np.sum(x, axis=normalize_dims(dim, np.ndim(x)), keepdims=keepdim), "index_reduction_backward": _np_index_reduction_backward,
+    "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
+    "inverse_permutation": inverse_permutation,
 }
 
 _numpy_namespace: dict | None = None
@@ -131,7 +203,12 @@ def numpy_namespace() -> dict:
     if _numpy_namespace is None:
         from . import registry
 
-        ns = {op.name: op.forward for op in registry.all_ops().values() if op.forward is not None}
+        # An op name stands for its forward only when the name has one overload; names with several
+        # (sum, mean, ...) that formulas use have an explicit entry in NUMPY_FUNCTIONS.
+        by_name: dict = {}
+        for op in registry.all_ops().values():
+            by_name.setdefault(op.name, []).append(op)
+        ns = {name: ops[0].forward for name, ops in by_name.items() if len(ops) == 1 and ops[0].forward}
         ns.update(NUMPY_FUNCTIONS)
         ns.update(_extra_numpy)
         _numpy_namespace = ns
