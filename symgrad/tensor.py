@@ -19,6 +19,7 @@ import numpy as np
 from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd.grad_mode import STATE
+from .autograd import node as _node_module
 from .autograd.node import AccumulateGrad
 
 _DEFAULT_SHOWN = {"float32", "int64", "bool"}
@@ -59,8 +60,13 @@ class Tensor:
     Create tensors with :func:`symgrad.tensor`, :func:`symgrad.zeros` and friends.
     """
 
-    __slots__ = ("_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad", "_version_counter",
-                 "_accumulate", "_retains_grad", "__weakref__")
+    # Defaults live on the class so that making a tensor (every op does) sets two attributes.
+    _requires_grad = False
+    _grad_fn = None
+    _output_nr = 0
+    _grad = None
+    _accumulate = None
+    _retains_grad = False
 
     # numpy must defer to Tensor's reflected operators (np.float64(2) * t -> Tensor.__rmul__)
     __array_priority__ = 1000
@@ -83,13 +89,7 @@ class Tensor:
         """A leaf around ``data`` (no copy); the fast constructor used by ops."""
         t = object.__new__(Tensor)
         t._data = data
-        t._requires_grad = False
-        t._grad_fn = None
-        t._output_nr = 0
-        t._grad = None
         t._version_counter = VersionCounter()
-        t._accumulate = None
-        t._retains_grad = False
         return t
 
     # --- metadata ---------------------------------------------------------------------------
@@ -315,6 +315,9 @@ class Tensor:
 
     def __reduce__(self):
         return (_rebuild, (self._data, self._requires_grad))
+
+
+_node_module.bind_tensor_class(Tensor)
 
 
 def _rebuild(data, requires_grad):

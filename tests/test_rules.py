@@ -158,8 +158,10 @@ SAMPLES = {
     "max": lambda r: (D(r, 3, 4),),
     "min.dim": lambda r: [(D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True)],
     "min": lambda r: (D(r, 3, 4),),
-    "amax": lambda r: [(D(r, 2, 3, 4), (1,), False), (D(r, 2, 3, 4), (0, 2), True), (D(r, 2, 3, 4), (), False)],
-    "amin": lambda r: [(D(r, 2, 3, 4), (1,), False), (D(r, 2, 3, 4), (0, 2), True), (D(r, 2, 3, 4), (), False)],
+    "amax": lambda r: [(D(r, 2, 3, 4), (1,), False), (D(r, 2, 3, 4), (0, 2), True),
+                       (D(r, 2, 3, 4), (), False)],
+    "amin": lambda r: [(D(r, 2, 3, 4), (1,), False), (D(r, 2, 3, 4), (0, 2), True),
+                       (D(r, 2, 3, 4), (), False)],
     "var.correction": lambda r: [(U(r, 3, 4), (1,), 1, False), (U(r, 3, 4), None, 0, True),
                                  (U(r, 3, 4), (0,), None, False)],
     "std.correction": lambda r: [(U(r, 3, 4), (1,), 1, False), (U(r, 3, 4), None, 0, True),
@@ -204,6 +206,9 @@ SAMPLES = {
                                 (U(r, 3), (3, 4), (np.array([0, 1, 1]), np.array([3, 0, 0])))],
     "unbind.int": lambda r: [(U(r, 3, 4), 0), (U(r, 3, 4), 1)],
     "stack": lambda r: [([U(r, 2, 3), U(r, 2, 3), U(r, 2, 3)], 0), ([U(r, 2, 3), U(r, 2, 3)], 2)],
+    # index_put: integer-array indices, replacing or accumulating (repeated indices add up)
+    "index_put": lambda r: [(U(r, 3, 4), np.array([0, 2]), U(r, 2, 4), False),
+                            (U(r, 3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])), U(r, 3), True)],
     # t[idx] = src on a non-leaf; src broadcasts in some variants
     "copy_slices": lambda r: [(U(r, 3, 4), U(r, 2, 4), np.array([0, 2])),
                               (U(r, 3, 4), U(r, 4), 1),
@@ -371,7 +376,8 @@ def test_gradcheck(key, variant):
     call = Call(op, args)
     outs = call.run()
     if not call.leaves:
-        assert not any(o.requires_grad for o in outs), f"{key}: output requires grad without differentiable inputs"
+        assert not any(o.requires_grad for o in outs), \
+            f"{key}: output requires grad without differentiable inputs"
         return
     for k in differentiable_outputs(op, len(outs)):
         assert outs[k].requires_grad, f"{key}{_describe(args)}: output {k} does not require grad"
@@ -429,14 +435,18 @@ def _numeric_points(key):
     for salt in range(12):
         for args in sample_variants(key, salt):
             values = dict(zip(names, args))
-            shape = np.broadcast_shapes(*[np.shape(v) for v in args if isinstance(v, (np.ndarray, float, int))])
+            numeric = [v for v in args if isinstance(v, (np.ndarray, float, int))]
+            shape = np.broadcast_shapes(*[np.shape(v) for v in numeric])
             grad = np.random.default_rng(_seed(key, 1000 + salt)).standard_normal(shape)
             yield values, grad
 
 
-def _evaluate(expr, names, values, grad):
+def _numeric_function(expr, names):
     symbols = [sympy.Symbol(n, real=True) for n in names] + [_GRAD]
-    f = sympy.lambdify(symbols, expr, modules=[_NUMERIC, "numpy"])
+    return sympy.lambdify(symbols, expr, modules=[_NUMERIC, "numpy"])
+
+
+def _evaluate(f, names, values, grad):
     # every argument at the full shape: lambdify's numpy code stacks some operands (logical_and.reduce)
     full = [np.broadcast_to(np.asarray(values[n], dtype=np.float64), np.shape(grad)) for n in names]
     with np.errstate(all="ignore"):
@@ -455,10 +465,11 @@ def test_elementwise_formula_matches_sympy_diff(key, name):
     # Rules with tie conventions (Heaviside, Piecewise, sign...): compare at non-tie points.
     _require_sample(key, 0)
     names = [a.name for a in OPS[key].schema.args]
+    f_expected, f_actual = _numeric_function(expected, names), _numeric_function(actual, names)
     checked = 0
     for values, grad in _numeric_points(key):
-        want = _evaluate(expected, names, values, grad)
-        got = _evaluate(actual, names, values, grad)
+        want = _evaluate(f_expected, names, values, grad)
+        got = _evaluate(f_actual, names, values, grad)
         assert np.all(np.isfinite(want)), f"{key}: sympy's derivative is not finite at the sample {values}"
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12,
                                    err_msg=f"{key}: formula for {name!r} ({actual}) differs from "
@@ -500,7 +511,8 @@ def test_float32_in_float32_out(key, variant):
     outs = call.run()
     for k, o in enumerate(outs):
         if o._data.dtype.kind == "f":
-            assert o.dtype == symgrad.float32, f"{key}{_describe(args)}: output {k} is {o.dtype} for float32 input"
+            assert o.dtype == symgrad.float32, \
+                f"{key}{_describe(args)}: output {k} is {o.dtype} for float32 input"
     if not call.leaves:
         return
     idx = differentiable_outputs(op, len(outs))
@@ -509,7 +521,8 @@ def test_float32_in_float32_out(key, variant):
     for (pos, _), g in zip(call.slots, grads):
         name = op.schema.args[pos].name
         assert g is not None, f"{key}: no gradient for {name!r}"
-        assert g.dtype == symgrad.float32, f"{key}{_describe(args)}: gradient of {name!r} is {g.dtype}, want float32"
+        assert g.dtype == symgrad.float32, \
+            f"{key}{_describe(args)}: gradient of {name!r} is {g.dtype}, want float32"
         assert np.all(np.isfinite(g.numpy())), f"{key}: gradient of {name!r} is not finite"
 
 
@@ -583,8 +596,9 @@ TORCH_EQUIVALENT = {
     "pow.Tensor_Scalar": lambda L, a, e: L.pow(a, e),
     "pow.Tensor_Tensor": lambda L, a, e: L.pow(a, e),
     "pow.Scalar": lambda L, s, e: s ** e,
-    **{k: _unary(k) for k in ("exp", "log", "log1p", "sin", "cos", "tanh", "sqrt", "sigmoid", "relu", "abs",
-                              "sign", "expm1", "log2", "exp2", "rsqrt", "erf", "sinh", "cosh", "tan", "atan")},
+    **{k: _unary(k) for k in ("exp", "log", "log1p", "sin", "cos", "tanh", "sqrt", "sigmoid", "relu",
+                              "abs", "sign", "expm1", "log2", "exp2", "rsqrt", "erf", "sinh", "cosh", "tan",
+                              "atan")},
     "clamp.Tensor": lambda L, x, lo, hi: L.clamp(x, min=lo, max=hi),
     "clamp": _clamp,
     "clamp_min": lambda L, x, m: L.clamp_min(x, m),
@@ -643,6 +657,7 @@ TORCH_EQUIVALENT = {
     "unbind.int": lambda L, x, dim: L.unbind(x, dim),
     "stack": lambda L, ts, dim: L.stack(ts, dim),
     "copy_slices": _setitem,
+    "index_put": lambda L, x, idx, v, acc: L.index_put(x, idx if isinstance(idx, tuple) else (idx,), v, acc),
 }
 
 
@@ -705,8 +720,10 @@ def test_matches_torch(key, variant):
     t_outs = _as_tuple(torch_fn(torch, *t_args))
     assert len(outs) == len(t_outs), f"{where}: {len(outs)} outputs, torch gives {len(t_outs)}"
     for k, (o, to) in enumerate(zip(outs, t_outs)):
-        assert tuple(o.shape) == tuple(to.shape), f"{where}: output {k} shape {list(o.shape)} vs torch {list(to.shape)}"
-        assert o.dtype.name == str(to.dtype).replace("torch.", ""), f"{where}: output {k} dtype {o.dtype} vs {to.dtype}"
+        assert tuple(o.shape) == tuple(to.shape), \
+            f"{where}: output {k} shape {list(o.shape)} vs torch {list(to.shape)}"
+        assert o.dtype.name == str(to.dtype).replace("torch.", ""), \
+            f"{where}: output {k} dtype {o.dtype} vs {to.dtype}"
         np.testing.assert_allclose(_np(o), _np(to), rtol=1e-10, atol=1e-12, err_msg=f"{where}: output {k}")
     idx = differentiable_outputs(op, len(outs))
     for k, to in enumerate(t_outs):
@@ -717,7 +734,8 @@ def test_matches_torch(key, variant):
         rng = np.random.default_rng(_seed(key, 7))
         weights = call.weights(outs, rng)
         grads = symgrad.autograd.grad([outs[k] for k in idx], call.leaves,
-                                      grad_outputs=[symgrad.tensor(w, dtype=symgrad.float64) for w in weights],
+                                      grad_outputs=[symgrad.tensor(w, dtype=symgrad.float64)
+                                                    for w in weights],
                                       allow_unused=True)
         t_grads = torch.autograd.grad([t_outs[k] for k in idx], t_leaves,
                                       grad_outputs=[torch.tensor(w) for w in weights], allow_unused=True)
@@ -725,7 +743,8 @@ def test_matches_torch(key, variant):
             name = op.schema.args[pos].name + ("" if j is None else f"[{j}]")
             want = np.zeros(tuple(leaf.shape)) if tg is None else _np(tg)
             got = np.zeros(tuple(leaf.shape)) if g is None else g.numpy()
-            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"{where}: gradient of {name!r}")
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12,
+                                       err_msg=f"{where}: gradient of {name!r}")
 
     # the public symgrad function, called the way a torch user would: same values and grad_fn
     if sg_public is None:

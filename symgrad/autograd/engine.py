@@ -281,6 +281,8 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
         buf = buffers.get(node)
         if buf is None:
             buf = buffers[node] = [None] * max(_n_outputs(node), nr + 1)
+        elif nr >= len(buf):
+            buf.extend([None] * (nr + 1 - len(buf)))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
     ready = [(-node._seq, node) for node in seen if deps.get(node, 0) == 0]
@@ -288,46 +290,68 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     prev_mode = STATE.enabled
     STATE.enabled = create_graph
     check_nan = anomaly.is_anomaly_check_nan_enabled()
+    slow = anomaly.STATE.enabled
+    ndarray = np.ndarray
+    pop, push = heapq.heappop, heapq.heappush
+    old_err = np.seterr(all="ignore")  # numpy would warn where PyTorch silently produces inf/nan
     try:
-        with np.errstate(all="ignore"):
-            while ready:
-                _, node = heapq.heappop(ready)
-                grads = buffers.pop(node, None) or [None] * _n_outputs(node)
-                if node._pre_hooks:
-                    _run_tensor_hooks(node, grads, create_graph)
-                if node._retain:
-                    _retain(node, grads, create_graph)
-                if capture is not None and node in capture:
+        while ready:
+            node = pop(ready)[1]
+            grads = buffers.pop(node, None) or [None] * _n_outputs(node)
+            if node._pre_hooks:
+                _run_tensor_hooks(node, grads, create_graph)
+            if node._retain:
+                _retain(node, grads, create_graph)
+            if capture is not None:
+                if node in capture:
                     for nr, k in capture[node]:
                         captured[k] = grads[nr] if nr < len(grads) else None
-                skip = (needed is not None and (node not in needed or isinstance(node, AccumulateGrad))) or \
-                    (allowed_leaves is not None and isinstance(node, AccumulateGrad) and node not in allowed_leaves)
-                if skip or all(g is None for g in grads):
-                    outputs = [None] * len(node._next)
-                else:
-                    outputs = _apply_node(node, grads, create_graph, check_nan)
-                if not keep_graph:
-                    node.release_variables()
-                metas = node._meta
-                for i, (nxt, nr) in enumerate(node._next):
-                    if nxt is None:
-                        continue
-                    g = outputs[i]
-                    if g is not None:
-                        g = _validate(node, i, g, metas[i] if i < len(metas) else None, create_graph)
-                        buf = buffers.get(nxt)
-                        if buf is None:
-                            buf = buffers[nxt] = [None] * max(_n_outputs(nxt), nr + 1)
-                        elif nr >= len(buf):  # nodes with a list of outputs (unbind)
-                            buf.extend([None] * (nr + 1 - len(buf)))
-                        buf[nr] = g if buf[nr] is None else buf[nr] + g
-                    left = deps[nxt] - 1
-                    deps[nxt] = left
-                    if left == 0:
-                        heapq.heappush(ready, (-nxt._seq, nxt))
+                skip = node not in needed or isinstance(node, AccumulateGrad)
+            else:
+                skip = allowed_leaves is not None and isinstance(node, AccumulateGrad) and \
+                    node not in allowed_leaves
+            nxt_list = node._next
+            if skip or (grads[0] is None and all(g is None for g in grads)):
+                outputs = [None] * len(nxt_list)
+            elif slow or node._post_hooks:
+                outputs = _apply_node(node, grads, create_graph, check_nan)
+            else:
+                outputs = node.apply(grads, create_graph)
+                if len(outputs) != len(nxt_list):
+                    _apply_node_count_error(node, outputs)
+            if not keep_graph and not node._released:
+                node.release_variables()
+            metas = node._meta
+            for i, (nxt, nr) in enumerate(nxt_list):
+                if nxt is None:
+                    continue
+                g = outputs[i]
+                if g is not None:
+                    meta = metas[i]
+                    if create_graph or g.__class__ is not ndarray or g.shape != meta[0] or \
+                            (g.dtype is not meta[1] and g.dtype != meta[1]):
+                        g = _validate(node, i, g, meta, create_graph)
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        n = _n_outputs(nxt)
+                        buf = buffers[nxt] = [None] * (n if n > nr else nr + 1)
+                    elif nr >= len(buf):  # nodes with a list of outputs (unbind)
+                        buf.extend([None] * (nr + 1 - len(buf)))
+                    prev = buf[nr]
+                    buf[nr] = g if prev is None else prev + g
+                left = deps[nxt] - 1
+                deps[nxt] = left
+                if left == 0:
+                    push(ready, (-nxt._seq, nxt))
     finally:
         STATE.enabled = prev_mode
+        np.seterr(**old_err)
     return captured
+
+
+def _apply_node_count_error(node, outputs):
+    raise RuntimeError(f"function {type(node).__name__} returned an incorrect number of gradients "
+                       f"(expected {len(node._next)}, got {len(outputs)})")
 
 
 def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool) -> list:

@@ -20,6 +20,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
 from ..tensor import Tensor
+from . import registry
 from .registry import apply, forward, get
 from .vocab import normalize_dims
 
@@ -30,8 +31,12 @@ def _is_number(x) -> bool:
     return isinstance(x, _Number) and not isinstance(x, np.ndarray)
 
 
+_ops = registry._REGISTRY
+
+
 def _call(key: str, *args):
-    return apply(get(key), args)
+    op = _ops.get(key)
+    return apply(op if op is not None else get(key), args)
 
 
 def as_tensor(x, dtype=None) -> Tensor:
@@ -43,6 +48,9 @@ def as_tensor(x, dtype=None) -> Tensor:
 
 def _operand(x):
     """Binary-op operand: Tensors and Python numbers pass through; arrays and lists become Tensors."""
+    cls = x.__class__
+    if cls is Tensor or cls is float or cls is int:
+        return x
     if isinstance(x, Tensor) or _is_number(x):
         return x.item() if isinstance(x, np.generic) else x
     return as_tensor(x)
@@ -469,11 +477,21 @@ def log_softmax(input, dim: int, dtype=None) -> Tensor:
     return _call("_log_softmax", t, _check_dim(dim, t.ndim, "log_softmax"), False)
 
 
+class _NoDim:
+    """Default of ``dim``: distinguishes ``x.sum()`` (SumBackward0) from ``x.sum(dim=None)`` (SumBackward1)."""
+
+    def __repr__(self) -> str:
+        return "<all dims>"
+
+
+_ALL = _NoDim()
+
+
 def _is_all_dims(dim) -> bool:
-    return dim is None
+    return dim is _ALL
 
 
-def sum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+def sum(input, dim=_ALL, keepdim: bool = False, *, dtype=None) -> Tensor:
     """Sum of all elements (SumBackward0) or over ``dim`` (SumBackward1)."""
     t = as_tensor(input)
     d = None if dtype is None else _dt.to_dtype(dtype)
@@ -486,7 +504,7 @@ def sum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     return _call("sum.dim_IntList", t, _dims_arg(dim, t.ndim, "sum"), keepdim, d)
 
 
-def mean(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+def mean(input, dim=_ALL, keepdim: bool = False, *, dtype=None) -> Tensor:
     """Mean of all elements (MeanBackward0) or over ``dim`` (MeanBackward1)."""
     t = as_tensor(input)
     d = None if dtype is None else _dt.to_dtype(dtype)
@@ -633,10 +651,16 @@ def dot(input, tensor) -> Tensor:
 
 
 def outer(input, vec2) -> Tensor:
+    """Outer product; like PyTorch it is a broadcast multiply (MulBackward0)."""
     a, b = as_tensor(input), as_tensor(vec2)
     if a.ndim != 1 or b.ndim != 1:
         raise _shapes_error("outer", a, b, "expected two 1-D tensors")
-    return _call("outer", a, b)
+    return mul(reshape(a, (-1, 1)), b)
+
+
+def _outer_op(input, vec2) -> Tensor:
+    """The ``outer`` op of the rule table (used by mv's backward under create_graph)."""
+    return _call("outer", as_tensor(input), as_tensor(vec2))
 
 
 ger = outer
@@ -682,12 +706,8 @@ def matmul(input, other) -> Tensor:
     n, m = a3.shape[-2], b3.shape[-1]
     A = reshape(expand(a3, batch + tuple(a3.shape[-2:])), (-1, n, k_a))
     B = reshape(expand(b3, batch + tuple(b3.shape[-2:])), (-1, k_a, m))
-    out = _unsafe_view(bmm(A, B), batch + (n, m))
-    if a.ndim == 1:
-        out = squeeze(out, -2)
-    if b.ndim == 1:
-        out = squeeze(out, -1)
-    return out
+    final = batch + ((n,) if a.ndim > 1 else ()) + ((m,) if b.ndim > 1 else ())
+    return _unsafe_view(bmm(A, B), final)
 
 
 @forward("_unsafe_view")
@@ -897,8 +917,10 @@ def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
     return expand(grad, tuple(self.shape)) * prod(self) / self
 
 
-def index_zero(x: Tensor, idx) -> Tensor:
-    """``x`` with ``x[idx]`` set to zero (differentiable)."""
+def index_zero(x: Tensor, idx, keep: bool = False) -> Tensor:
+    """``x`` with ``x[idx]`` set to zero (differentiable); ``keep=True`` returns ``x`` unchanged."""
+    if keep:
+        return x
     mask = np.ones(tuple(x.shape), dtype=x._data.dtype)
     mask[idx] = 0
     return x * Tensor._wrap(mask)
@@ -1136,6 +1158,25 @@ def zero_(t: Tensor) -> Tensor:
     return inplace(t, lambda x: _call("zero_", x), name="zero_")
 
 
+@forward("index_put")
+def _index_put_fwd(self, indices, values, accumulate=False):
+    out = np.array(self, copy=True)
+    if accumulate:
+        np.add.at(out, indices, values)
+    else:
+        out[indices] = values
+    return out
+
+
+def index_put(input, indices, values, accumulate: bool = False) -> Tensor:
+    """A copy of ``input`` with ``values`` written (or added) at ``indices`` (IndexPutBackward0)."""
+    t = as_tensor(input)
+    idx = _index_arg(tuple(indices) if isinstance(indices, list) else indices)
+    if isinstance(idx, tuple) and len(idx) == 1:
+        idx = idx[0]
+    return _call("index_put", t, idx, _operand(values), accumulate)
+
+
 @forward("copy_slices")
 def _copy_slices_fwd(self, src, indices):
     out = np.array(self, copy=True)
@@ -1151,7 +1192,11 @@ def setitem(t: Tensor, idx, value) -> None:
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
         v = to(v, t.dtype)
     if STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad)):
-        result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
+        advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
+        if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
+            result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
+        else:
+            result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
         _write_inplace(t, result, "setitem")
         return
     t._data[idx] = v._data if isinstance(v, Tensor) else v

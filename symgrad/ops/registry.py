@@ -22,7 +22,7 @@ from codegen.printers import compile_formula
 
 from ..autograd import anomaly
 from ..autograd.grad_mode import STATE
-from ..autograd.node import Node, SavedVariable, make_node_class
+from ..autograd.node import FusedBackward, SavedVariable, _sequence, make_node_class
 from ..dtypes import from_numpy_dtype, get_default_dtype, result_type
 from . import table, vocab
 
@@ -44,6 +44,10 @@ class OpDef:
     list_positions: tuple[int, ...] = ()
     save_plan: tuple = ()
     float_only: bool = False
+    simple: bool = False              # one output, no tensor-list inputs: takes the fast path
+    view: bool = False                # output aliases input 0 (shares its version counter)
+    saves_result: bool = False
+    edge_plan: tuple = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -78,7 +82,7 @@ def forward(key: str, *, dtype_rule: str = "keep", float_only: bool = False, vie
 
 def _set_forward(op: OpDef, fn, opts: dict) -> None:
     op.forward, op.dtype_rule, op.float_only = fn, opts["dtype_rule"], opts["float_only"]
-    op.extra["view"] = opts["view"]
+    op.extra["view"] = op.view = opts["view"]
 
 
 def _elementwise_dtype_rule(expr: sympy.Expr) -> str:
@@ -107,6 +111,9 @@ def _build(rule: table.Rule) -> OpDef:
         _set_forward(op, *_FORWARDS[rule.key])
     if rule.differentiable:
         _attach_node(op)
+    op.simple = not op.list_positions and schema.num_outputs == 1 and \
+        not schema.returns.strip().startswith("Tensor[]") and \
+        all(kind != "result" or name == "result" for name, kind, _ in op.save_plan)
     return op
 
 
@@ -114,8 +121,12 @@ def _attach_node(op: OpDef) -> None:
     rule = op.rule
     names = list(rule.formulas)
     params = tuple(rule.formulas[n].params for n in names)
-    np_fns = tuple(_LazyFormula(rule.formulas[n], vocab.numpy_namespace) for n in names)
-    t_fns = tuple(_LazyFormula(rule.formulas[n], vocab.tensor_namespace) for n in names)
+    np_fns = [_LazyFormula(rule.formulas[n], vocab.numpy_namespace) for n in names]
+    t_fns = [_LazyFormula(rule.formulas[n], vocab.tensor_namespace) for n in names]
+    for i, f in enumerate(np_fns):
+        f.slot = (np_fns, i)
+    for i, f in enumerate(t_fns):
+        f.slot = (t_fns, i)
     edges = []
     for a in rule.schema.args:
         # Like PyTorch, only inputs with a formula get an edge (where's condition does not).
@@ -123,10 +134,15 @@ def _attach_node(op: OpDef) -> None:
             continue
         fi = names.index(a.name)
         edges.append((rule.schema.args.index(a), fi, a.is_tensor_list))
-    op.extra["edges"] = tuple(edges)
+    op.edge_plan = tuple(edges)
     # The per-edge formula table; list inputs are expanded per call (their length varies).
+    fast = None
+    if not any(is_list for _, _, is_list in edges) and rule.schema.num_outputs == 1 \
+            and not rule.schema.returns.strip().startswith("Tensor[]"):
+        fast = FusedBackward(rule, names, tuple(fi for _, fi, _ in edges), vocab.numpy_namespace,
+                             vocab.tensor_namespace)
     op.node_class = make_node_class(rule, np_fns, t_fns, params,
-                                    tuple((fi, -1) for _, fi, _ in edges))
+                                    tuple((fi, -1) for _, fi, _ in edges), fast)
     arg_pos = {a.name: i for i, a in enumerate(rule.schema.args)}
     plan = []
     for name, kind in rule.saved.items():
@@ -138,23 +154,26 @@ def _attach_node(op: OpDef) -> None:
         else:
             plan.append((name, kind, arg_pos[name]))
     op.save_plan = tuple(plan)
-    op.extra["saves_result"] = any(kind == "result" for _, kind, _ in plan)
+    op.extra["saves_result"] = op.saves_result = any(kind == "result" for _, kind, _ in plan)
 
 
 class _LazyFormula:
     """A formula compiled against a namespace the first time it runs (ops may call ops
     registered after them, and the create_graph version is rarely needed)."""
 
-    __slots__ = ("formula", "namespace", "fn")
+    __slots__ = ("formula", "namespace", "fn", "slot")
 
     def __init__(self, formula, namespace) -> None:
-        self.formula, self.namespace, self.fn = formula, namespace, None
+        self.formula, self.namespace, self.fn, self.slot = formula, namespace, None, None
 
     def __call__(self, *args):
         fn = self.fn
         if fn is None:
             fn = self.fn = compile_formula(self.formula.code_expr, self.formula.params, self.namespace(),
                                            name=f"d_{self.formula.input}")
+            if self.slot is not None:  # later calls go straight to the compiled function
+                fns, i = self.slot
+                fns[i] = fn
         return fn(*args)
 
 
@@ -166,7 +185,10 @@ def _ensure_loaded() -> None:
 
 def get(key: str) -> OpDef:
     """The OpDef of ``op.overload`` (e.g. ``"mul.Tensor"``)."""
-    _ensure_loaded()
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        _ensure_loaded()
     try:
         return _REGISTRY[key]
     except KeyError:
@@ -195,6 +217,8 @@ def add_rules(rules: dict[str, table.Rule]) -> list[OpDef]:
 def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
     """Cast a numpy result to PyTorch's result dtype when numpy promoted differently."""
     operands = [args[i] for i in op.tensor_positions if args[i] is not None]
+    for i in op.list_positions:
+        operands.extend(args[i])
     want = result_type(*operands)
     if op.dtype_rule == "float" and not want.is_floating_point:
         want = get_default_dtype()
@@ -211,10 +235,23 @@ def _check_float(op: OpDef, args: tuple, Tensor) -> None:
                                f"floating point or complex dtype. Got: {a.dtype.name}")
 
 
-def apply(op: OpDef, args: tuple):
-    """Run ``op`` eagerly on ``args`` (schema order) and record its node when needed."""
+_T = None  # symgrad.tensor.Tensor, bound on first use (tensor.py imports this package)
+_acc = None
+
+
+def _bind():
+    global _T, _acc
     from ..tensor import Tensor, _accumulate_node
 
+    _T, _acc = Tensor, _accumulate_node
+    return Tensor
+
+
+def apply(op: OpDef, args: tuple):
+    """Run ``op`` eagerly on ``args`` (schema order) and record its node when needed."""
+    if op.simple:
+        return _apply_simple(op, args)
+    Tensor = _T or _bind()
     datas = list(args)
     requires = False
     first_dtype = None
@@ -236,6 +273,10 @@ def apply(op: OpDef, args: tuple):
         for t in items:
             if t._grad_fn is not None or t._requires_grad:
                 requires = True
+            if first_dtype is None:
+                first_dtype = t._data.dtype
+            elif t._data.dtype != first_dtype:
+                same_dtype = False
     if op.float_only:
         _check_float(op, args, Tensor)
     try:
@@ -255,7 +296,7 @@ def apply(op: OpDef, args: tuple):
 
     node = None
     if requires and STATE.enabled and op.node_class is not None and fixed[0].dtype.kind == "f":
-        node = _record(op, args, fixed, Tensor, _accumulate_node)
+        node = _record(op, args, fixed, Tensor, _acc)
     results = []
     out_diff = op.rule.output_differentiability
     view_of = args[0]._version_counter if op.extra.get("view") else None
@@ -274,13 +315,52 @@ def apply(op: OpDef, args: tuple):
     return tuple(results) if multi else results[0]
 
 
+def _apply_simple(op: OpDef, args: tuple):
+    """The hot path: one output, no tensor lists (every elementwise op, most others)."""
+    Tensor = _T or _bind()
+    datas = list(args)
+    requires = False
+    dt = None
+    same = True
+    for i in op.tensor_positions:
+        a = args[i]
+        if a.__class__ is Tensor or isinstance(a, Tensor):
+            d = a._data
+            datas[i] = d
+            if a._grad_fn is not None or a._requires_grad:
+                requires = True
+            if dt is None:
+                dt = d.dtype
+            elif d.dtype != dt:
+                same = False
+    if op.float_only:
+        _check_float(op, args, Tensor)
+    try:
+        out = op.forward(*datas)
+    except ValueError as exc:
+        raise _shape_error(op, args, exc) from None
+    if out.__class__ is not np.ndarray:
+        out = np.asarray(out)
+    if op.dtype_rule != "keep" and (not same or out.dtype != dt):
+        out = _fix_dtype(op, out, args, Tensor)
+    t = Tensor._wrap(out)
+    if op.view:
+        t._version_counter = args[0]._version_counter
+    if requires and op.node_class is not None and STATE.enabled and out.dtype.kind == "f":
+        node = _record(op, args, (out,), Tensor, _acc)
+        t._grad_fn = node
+        if op.saves_result:
+            node._saved["result"] = SavedVariable(t, is_output=True)
+    return t
+
+
 def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
     node = op.node_class.__new__(op.node_class)
-    Node.__init__(node)
+    node._seq = next(_sequence)
     edges = []
     metas = []
     per_call = None
-    for pos, fi, is_list in op.extra["edges"]:
+    for pos, fi, is_list in op.edge_plan:
         if is_list:
             per_call = per_call or []
             for k, t in enumerate(args[pos]):
@@ -291,21 +371,35 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
         if per_call is not None:
             per_call.append((fi, -1))
         a = args[pos]
-        if isinstance(a, Tensor):
-            edges.append(_edge(a, _accumulate_node))
-            metas.append((a._data.shape, a._data.dtype))
+        if a.__class__ is Tensor or isinstance(a, Tensor):
+            if a._grad_fn is not None:
+                edges.append((a._grad_fn, a._output_nr))
+            elif a._requires_grad:
+                edges.append((_accumulate_node(a), 0))
+            else:
+                edges.append((None, 0))
+            d = a._data
+            metas.append((d.shape, d.dtype))
         else:
             edges.append((None, 0))
             metas.append(None)
     node._next = tuple(edges)
     node._meta = tuple(metas)
-    node._edges = op.node_class._default_edges if per_call is None else tuple(per_call)
+    if per_call is not None:
+        node._edges = tuple(per_call)
     saved = {}
+    versions = None
     for name, kind, pos in op.save_plan:
         if kind == "tensor":
             a = args[pos]
-            if isinstance(a, Tensor):
-                saved[name] = SavedVariable(a)
+            if a.__class__ is Tensor or isinstance(a, Tensor):
+                # the tensor itself plus the version it had: cheaper than a SavedVariable per input
+                saved[name] = a
+                c = a._version_counter
+                if versions is None:
+                    versions = [(name, c, c.value)]
+                else:
+                    versions.append((name, c, c.value))
             elif isinstance(a, list):
                 saved[name] = [SavedVariable(t) for t in a]
             else:
@@ -324,6 +418,8 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
                 saved[name] = int(np.size(data))
             else:
                 saved[name] = from_numpy_dtype(np.asarray(data).dtype)
+    if versions is not None:
+        node._versions = versions
     node._saved = saved
     if anomaly.is_enabled():
         node._trace = traceback.format_stack()[:-3]

@@ -25,7 +25,7 @@ HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward", "amax_backward", "var_backward", "cat_backward",
            "inverse_permutation")
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
-TENSOR_ALIASES = {"slice": "slice_op"}
+TENSOR_ALIASES = {"slice": "slice_op", "outer": "_outer_op"}
 FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
 
 
@@ -74,7 +74,9 @@ def _np_sum_backward(grad, shape, dim, keepdim):
     return np.broadcast_to(grad, shape)
 
 
-def _np_index_zero(grad, index):
+def _np_index_zero(grad, index, keep=False):
+    if keep:
+        return grad
     out = np.array(grad, copy=True)
     out[index] = 0
     return out
