@@ -12,17 +12,43 @@ tensor([8.])
 from . import autograd
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .creation import (
-    arange, as_tensor, empty, eye, from_numpy, full, full_like, linspace, manual_seed, ones, ones_like, rand,
-    randint, randn, tensor, zeros, zeros_like,
-)
-from .dtypes import (
-    dtype, float16, float32, float64, get_default_dtype, int8, int16, int32, int64, set_default_dtype, uint8,
+    arange,
+    as_tensor,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    randint,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
 )
 from .dtypes import bool_ as bool
+from .dtypes import (
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    set_default_dtype,
+    uint8,
+)
 from .ops import methods as _methods
 from .ops.functional import *  # noqa: F403 - the public op functions
 from .ops.functional import slice_op as _slice_op
 from .tensor import Size, Tensor
+from .ops.custom import register_op
 
 float = float32
 double = float64

@@ -18,8 +18,8 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._format import format_tensor
-from .autograd.grad_mode import STATE
 from .autograd import node as _node_module
+from .autograd.grad_mode import STATE
 from .autograd.node import AccumulateGrad
 
 _DEFAULT_SHOWN = {"float32", "int64", "bool"}
@@ -67,6 +67,7 @@ class Tensor:
     _grad = None
     _accumulate = None
     _retains_grad = False
+    _vc = None  # the VersionCounter, created when first needed (most temporaries never need one)
 
     # numpy must defer to Tensor's reflected operators (np.float64(2) * t -> Tensor.__rmul__)
     __array_priority__ = 1000
@@ -78,7 +79,6 @@ class Tensor:
         self._grad_fn = None
         self._output_nr = 0
         self._grad = None
-        self._version_counter = VersionCounter()
         self._accumulate = None
         self._retains_grad = False
         if requires_grad:
@@ -89,8 +89,18 @@ class Tensor:
         """A leaf around ``data`` (no copy); the fast constructor used by ops."""
         t = object.__new__(Tensor)
         t._data = data
-        t._version_counter = VersionCounter()
         return t
+
+    @property
+    def _version_counter(self) -> VersionCounter:
+        vc = self._vc
+        if vc is None:
+            vc = self._vc = VersionCounter()
+        return vc
+
+    @_version_counter.setter
+    def _version_counter(self, counter: VersionCounter) -> None:
+        self._vc = counter
 
     # --- metadata ---------------------------------------------------------------------------
     @property
@@ -280,7 +290,7 @@ class Tensor:
 
     def __bool__(self) -> bool:
         if self._data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._data.reshape(()).item())
 
     def __repr__(self) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import anomaly
 from .grad_mode import STATE
-from .node import AccumulateGrad, Node
+from .node import AccumulateGrad, FormulaNode, Node
 
 
 def _tensor_cls():
@@ -275,6 +275,7 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
             if t._grad_fn is not None and not t._retains_grad:
                 t.retain_grad()
     captured = [None] * n_capture
+    owned: dict = {}  # id -> array for gradients this backward allocated and holds exclusively
 
     buffers: dict = {}
     for (node, nr), g in zip(roots, root_grads):
@@ -298,8 +299,12 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
         while ready:
             node = pop(ready)[1]
             grads = buffers.pop(node, None) or [None] * _n_outputs(node)
+            # Which incoming arrays this backward created itself and nobody else holds: those may be
+            # added into in place and stolen by AccumulateGrad instead of copied.
+            mine = [owned.pop(id(g), None) is not None for g in grads] if owned else None
             if node._pre_hooks:
                 _run_tensor_hooks(node, grads, create_graph)
+                mine = None
             if node._retain:
                 _retain(node, grads, create_graph)
             if capture is not None:
@@ -315,12 +320,15 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                 outputs = [None] * len(nxt_list)
             elif slow or node._post_hooks:
                 outputs = _apply_node(node, grads, create_graph, check_nan)
+            elif node.__class__ is AccumulateGrad:
+                outputs = node.apply(grads, create_graph, steal=bool(mine and mine[0]))
             else:
                 outputs = node.apply(grads, create_graph)
                 if len(outputs) != len(nxt_list):
                     _apply_node_count_error(node, outputs)
             if not keep_graph and not node._released:
                 node.release_variables()
+            fresh_ok = not create_graph and isinstance(node, FormulaNode) and node._alias_free
             metas = node._meta
             for i, (nxt, nr) in enumerate(nxt_list):
                 if nxt is None:
@@ -328,9 +336,13 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                 g = outputs[i]
                 if g is not None:
                     meta = metas[i]
+                    fresh = fresh_ok and g.__class__ is ndarray and g.flags.owndata and \
+                        not any(g is x for x in grads)
                     if create_graph or g.__class__ is not ndarray or g.shape != meta[0] or \
                             (g.dtype is not meta[1] and g.dtype != meta[1]):
-                        g = _validate(node, i, g, meta, create_graph)
+                        h = _validate(node, i, g, meta, create_graph)
+                        fresh = fresh_ok and h is not g and h.__class__ is ndarray and h.flags.owndata
+                        g = h
                     buf = buffers.get(nxt)
                     if buf is None:
                         n = _n_outputs(nxt)
@@ -338,7 +350,18 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                     elif nr >= len(buf):  # nodes with a list of outputs (unbind)
                         buf.extend([None] * (nr + 1 - len(buf)))
                     prev = buf[nr]
-                    buf[nr] = g if prev is None else prev + g
+                    if prev is None:
+                        buf[nr] = g
+                        if fresh:
+                            owned[id(g)] = g
+                    elif id(prev) in owned and prev.shape == g.shape:
+                        np.add(prev, g, out=prev)
+                    else:
+                        total = prev + g
+                        buf[nr] = total
+                        if not create_graph:
+                            owned.pop(id(prev), None)
+                            owned[id(total)] = total
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if left == 0:

@@ -131,7 +131,7 @@ class AccumulateGrad(Node):
         self.variable = variable
         self._meta = ((variable.shape, variable.dtype),)
 
-    def apply(self, grads: list, create_graph: bool) -> list:
+    def apply(self, grads: list, create_graph: bool, steal: bool = False) -> list:
         from ..tensor import Tensor
 
         var = self.variable
@@ -146,8 +146,11 @@ class AccumulateGrad(Node):
                 var._grad = current + g
             return []
         if current is None:
-            # The engine may hand the same array to several consumers: always own a fresh copy.
-            var._grad = Tensor._wrap(np.array(g, dtype=var._data.dtype, copy=True))
+            # The engine may hand one array to several consumers: copy unless it says the array is ours.
+            if steal and g.dtype == var._data.dtype:
+                var._grad = Tensor._wrap(g)
+            else:
+                var._grad = Tensor._wrap(np.array(g, dtype=var._data.dtype, copy=True))
         elif current._grad_fn is not None:
             var._grad = Tensor._wrap(current._data + g)
         else:
@@ -225,6 +228,7 @@ class FormulaNode(Node):
     _edges: tuple = ()  # per edge: (formula index, element); list inputs (cat) override it per call
     _versions = None    # [(name, counter, version)] of saved input tensors
     _fast = None        # FusedBackward of the rule, when every input is a single tensor
+    _alias_free = True
     _formula_params: tuple = ()
     _np_fns: tuple = ()
     _t_fns: tuple = ()
@@ -383,6 +387,9 @@ def make_node_class(rule, np_fns: tuple, t_fns: tuple, formula_params: tuple, ed
         "_edges": edge_formulas,
         "_has_saved": has_saved,
         "_fast": fast,
+        # A formula that is a bare saved name (`self: other`) would hand out saved memory: the engine
+        # must then not add into its result in place.
+        "_alias_free": all(not f.code_expr.is_Symbol or f.code_expr.name == "grad" for f in rule.formulas.values()),
         "_n_outputs": rule.schema.num_outputs,
         "__doc__": f"Backward of ``{rule.schema.text}`` (derivatives.yaml line {rule.line}).",
         "__module__": "symgrad.autograd.generated",

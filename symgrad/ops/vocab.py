@@ -222,7 +222,6 @@ def tensor_namespace() -> dict:
     global _tensor_namespace
     if _tensor_namespace is None:
         from . import functional as F
-
         from . import registry
 
         ns = {}
