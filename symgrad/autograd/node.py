@@ -334,7 +334,7 @@ class FusedBackward:
         for p in used:
             kind = rule.saved.get(p)
             if kind == "tensor":
-                lines += [f"    {p} = saved_[{p!r}]",
+                lines += [f"    {p} = saved_.get({p!r})",  # absent when no input needing it wants a grad
                           f"    if {p}.__class__ is Tensor_:",
                           f"        {p} = {p} if create_graph else {p}._data",
                           f"    elif {p}.__class__ is SavedVariable_:",

@@ -32,14 +32,14 @@ import inspect
 import keyword
 import numbers
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import yaml
 
 from ..tensor import Tensor
 from . import registry, table, vocab
-from .table import RuleTableError, Rule
+from .table import Rule, RuleTableError
 
 __all__ = ["register_op", "RuleTableError"]
 

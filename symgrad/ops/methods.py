@@ -84,3 +84,5 @@ def attach(extra_methods: dict | None = None, extra_inplace: dict | None = None)
         setattr(Tensor, name, property(fn))
     Tensor.zero_ = F.zero_
     Tensor.__hash__ = lambda self: id(self)
+    from . import numpy_dispatch  # NEP 13/18: numpy code on tensors records the graph
+    numpy_dispatch.install(Tensor)

@@ -402,15 +402,16 @@ def _compile_record(op: OpDef):
     comma = "," if len(edges) == 1 else ""
     lines += [f"    node._next = ({', '.join(edges)}{comma})",
               f"    node._meta = ({', '.join(metas)}{comma})"]
-    items, version_lines = [], []
+    # Like PyTorch, a tensor is saved only when an input whose formula reads it needs a gradient:
+    # `y[1:] * 10` saves nothing of the view, so writing into `y` afterwards stays legal.
+    formula_of_edge = [op.rule.schema.args[pos].name for pos, _fi, _l in op.edge_plan]
+    items, conditional = [], []
     for name, kind, pos in op.save_plan:
-        if kind in ("tensor", "value"):
+        if kind == "tensor":
+            users = [k for k, inp in enumerate(formula_of_edge) if name in op.rule.formulas[inp].params]
+            conditional.append((name, pos, " or ".join(f"e{k}[0] is not None" for k in users) or "True"))
+        elif kind == "value":
             items.append(f"{name!r}: args[{pos}]")
-            if kind == "tensor":
-                version_lines += [f"    a = args[{pos}]",
-                                  "    if a.__class__ is Tensor or isinstance(a, Tensor):",
-                                  "        c = a._version_counter",
-                                  f"        versions.append(({name!r}, c, c.value))"]
         elif kind == "result":
             items.append(f"{name!r}: None")
         else:
@@ -422,10 +423,16 @@ def _compile_record(op: OpDef):
                 items.append(f"{name!r}: numel({src})")
             else:
                 items.append(f"{name!r}: dtype_of({src})")
-    lines.append("    node._saved = {" + ", ".join(items) + "}")
-    if version_lines:
+    lines.append("    saved = node._saved = {" + ", ".join(items) + "}")
+    if conditional:
         lines.append("    versions = []")
-        lines += version_lines
+        for name, pos, cond in conditional:
+            lines += [f"    if {cond}:",
+                      f"        a = args[{pos}]",
+                      f"        saved[{name!r}] = a",
+                      "        if a.__class__ is Tensor or isinstance(a, Tensor):",
+                      "            c = a._version_counter",
+                      f"            versions.append(({name!r}, c, c.value))"]
         lines.append("    if versions:")
         lines.append("        node._versions = versions")
     lines.append("    return node")

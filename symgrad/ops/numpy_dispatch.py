@@ -1,0 +1,418 @@
+"""numpy's override protocols on Tensor: ``__array_ufunc__`` (NEP 13) and ``__array_function__`` (NEP 18).
+
+With them, a function written in plain numpy runs on symgrad tensors and records
+the autograd graph: every supported ufunc or function is routed to the symgrad op
+that computes the same value, so ``backward`` sees it.  Anything symgrad cannot
+record raises ``TypeError`` naming the numpy function instead of quietly handing
+back an ndarray with the graph dropped.
+
+>>> import numpy as np
+>>> import symgrad
+>>> x = symgrad.tensor([0.5, 1.0], dtype=symgrad.float64, requires_grad=True)
+>>> y = np.sum(np.tanh(x) * np.array([2.0, 3.0]))
+>>> type(y.grad_fn).__name__
+'SumBackward0'
+>>> y.backward(); x.grad
+tensor([1.5729, 1.2599], dtype=symgrad.float64)
+
+Dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.
+"""
+
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..tensor import Tensor
+from . import functional as F
+
+__all__ = ["array_ufunc", "array_function", "install", "supported_ufuncs", "supported_functions"]
+
+# numpy omits arguments the caller did not pass; this marks "not given" in our numpy-shaped handlers.
+_NOT_GIVEN = object()
+
+# Operand types a ufunc call may mix with Tensors; anything else (another duck array) gets NotImplemented
+# so that its own __array_ufunc__ can have a go, as NEP 13 asks.
+_OPERAND_TYPES = (Tensor, np.ndarray, np.generic, numbers.Number, list, tuple)
+
+
+def _numpy_name(func) -> str:
+    """``numpy.sum``, ``numpy.linalg.norm``: the public name, not the private defining module."""
+    mod = getattr(func, "__module__", None) or "numpy"
+    if mod == "numpy" or mod.startswith("numpy._") or not mod.startswith("numpy"):
+        mod = "numpy"
+    return f"{mod}.{func.__name__}"
+
+
+def _unsupported(what: str, why: str = "") -> TypeError:
+    return TypeError(f"symgrad: {what} is not supported on symgrad tensors{why}; use the symgrad op instead, "
+                     f"or t.detach().numpy() if no gradient is needed")
+
+
+# --- ufuncs ---------------------------------------------------------------------------------
+
+
+def _bool_from_data(np_ufunc):
+    # isnan & co. only inspect values: their result is a bool tensor, nothing to differentiate.
+    return lambda x: Tensor._wrap(np.asarray(np_ufunc(F.as_tensor(x)._data)))
+
+
+def _symmetric(fn):
+    # F.maximum makes its first operand a tensor, which would round a Python float to float32; the op is
+    # symmetric (ties split the gradient evenly), so put the tensor first.
+    return lambda a, b: fn(b, a) if isinstance(b, Tensor) and not isinstance(a, Tensor) else fn(a, b)
+
+
+_UFUNCS = {
+    np.add: F.add, np.subtract: F.sub, np.multiply: F.mul, np.divide: F.div,
+    np.negative: F.neg, np.positive: lambda x: F.as_tensor(x), np.power: F.pow,
+    np.exp: F.exp, np.log: F.log, np.log1p: F.log1p, np.expm1: F.expm1, np.exp2: F.exp2, np.log2: F.log2,
+    np.sin: F.sin, np.cos: F.cos, np.tan: F.tan, np.tanh: F.tanh, np.sinh: F.sinh, np.cosh: F.cosh,
+    np.arctan: F.atan, np.sqrt: F.sqrt, np.square: F.square, np.absolute: F.abs, np.sign: F.sign,
+    np.reciprocal: F.reciprocal, np.maximum: _symmetric(F.maximum), np.minimum: _symmetric(F.minimum),
+    np.greater: F.gt, np.less: F.lt, np.greater_equal: F.ge, np.less_equal: F.le, np.equal: F.eq,
+    np.not_equal: F.ne, np.logical_and: F.logical_and, np.logical_or: F.logical_or,
+    np.logical_not: F.logical_not, np.floor_divide: F.floor_divide, np.matmul: F.matmul,
+    np.isnan: _bool_from_data(np.isnan), np.isinf: _bool_from_data(np.isinf),
+    np.isfinite: _bool_from_data(np.isfinite),
+}
+if getattr(np, "true_divide", np.divide) is not np.divide:  # an alias in numpy 2, its own ufunc before
+    _UFUNCS[np.true_divide] = F.div
+
+# Keyword arguments that change nothing when they have numpy's default value.
+_UFUNC_DEFAULTS = {"casting": "same_kind", "order": "K", "subok": True, "dtype": None, "signature": None}
+
+
+def array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """``Tensor.__array_ufunc__``: run a numpy ufunc as the matching symgrad op.
+
+    Operands keep their order, so ``arr - t`` is ``arr - t``; numpy arrays and
+    numbers are wrapped as constants.
+
+    >>> import numpy as np, symgrad
+    >>> t = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    >>> np.array([10.0, 10.0], dtype=np.float32) - t
+    tensor([9., 8.], grad_fn=<SubBackward0>)
+    >>> np.float64(2.0) * t          # a float32 tensor stays float32, as in PyTorch
+    tensor([2., 4.], grad_fn=<MulBackward0>)
+    """
+    name = _numpy_name(ufunc)
+    if not all(isinstance(x, _OPERAND_TYPES) for x in inputs):
+        return NotImplemented
+    if method != "__call__":
+        raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is)")
+    out = kwargs.pop("out", None)
+    if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
+        raise _unsupported(f"{name} with out=", " (writing into an array would drop the autograd graph)")
+    where = kwargs.pop("where", True)
+    if where is not True:
+        raise _unsupported(f"{name} with where=", " (masked ufunc calls leave other elements undefined)")
+    for key, value in kwargs.items():
+        if key not in _UFUNC_DEFAULTS or not _same(value, _UFUNC_DEFAULTS[key]):
+            raise _unsupported(f"{name} with {key}={value!r}")
+    fn = _UFUNCS.get(ufunc)
+    if fn is None:
+        raise _unsupported(name)
+    return fn(*inputs)
+
+
+def _same(value, default) -> bool:
+    return value is default or (isinstance(value, str) and value == default)
+
+
+# --- functions ------------------------------------------------------------------------------
+
+
+def _reject(name: str, **given) -> None:
+    """Raise for arguments that symgrad cannot honour (``out=``, ``where=``, ``initial=``...)."""
+    for key, value in given.items():
+        if value is not None and value is not _NOT_GIVEN:
+            raise _unsupported(f"numpy.{name} with {key}=")
+
+
+def _axis(axis):
+    """numpy's ``axis`` as symgrad's ``dim``: None stays None, a list becomes a tuple."""
+    if axis is None:
+        return None
+    if isinstance(axis, (tuple, list)):
+        return tuple(int(a) for a in axis)
+    return int(axis)
+
+
+def _float_for_mean(t: Tensor) -> Tensor:
+    # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast to the default float dtype.
+    return t if t.is_floating_point() else F.to(t, _dt.get_default_dtype())
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
+    _reject("sum", out=out, initial=initial, where=where)
+    t, axis = F.as_tensor(a), _axis(axis)
+    if axis == ():  # numpy: reduce over no axis at all
+        return t if dtype is None else F.to(t, dtype)
+    if axis is None and not keepdims:
+        return F.sum(t, dtype=dtype)
+    return F.sum(t, axis, bool(keepdims), dtype=dtype)
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NOT_GIVEN):
+    _reject("mean", out=out, where=where)
+    t, axis = F.as_tensor(a), _axis(axis)
+    t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
+    if axis == ():
+        return t
+    if axis is None and not keepdims:
+        return F.mean(t)
+    return F.mean(t, axis, bool(keepdims))
+
+
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
+    _reject("prod", out=out, initial=initial, where=where)
+    t, axis = F.as_tensor(a), _axis(axis)
+    if dtype is not None:
+        t = F.to(t, dtype)
+    if axis is None:
+        out = F.prod(t)
+        return F.reshape(out, (1,) * t.ndim) if keepdims else out
+    axes = sorted({F._check_dim(d, t.ndim, "prod") for d in ((axis,) if isinstance(axis, int) else axis)})
+    # symgrad's prod takes one dim; reducing the highest first keeps the remaining indices valid
+    for d in reversed(axes):
+        t = F.prod(t, d, bool(keepdims))
+    return t
+
+
+def _extremum(name: str):
+    fn = F.amax if name == "max" else F.amin
+
+    def handler(a, axis=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
+        _reject(name, out=out, initial=initial, where=where)
+        t, axis = F.as_tensor(a), _axis(axis)
+        if axis == ():
+            return t
+        return fn(t, () if axis is None else axis, bool(keepdims))
+
+    handler.__name__ = f"_{name}"
+    return handler
+
+
+def _spread(name: str):
+    fn = F.var if name == "var" else F.std
+
+    def handler(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NOT_GIVEN,
+                mean=_NOT_GIVEN, correction=_NOT_GIVEN):
+        _reject(name, out=out, where=where, mean=mean)
+        if correction is not _NOT_GIVEN and ddof != 0:
+            raise ValueError(f"numpy.{name}: ddof and correction can't be provided simultaneously.")
+        correction = ddof if correction is _NOT_GIVEN else correction
+        t = F.as_tensor(a)
+        t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
+        return fn(t, _axis(axis), keepdim=bool(keepdims), correction=correction)
+
+    handler.__name__ = f"_{name}"
+    return handler
+
+
+def _dot(a, b, out=None):
+    _reject("dot", out=out)
+    if np.ndim(a) == 0 or np.ndim(b) == 0:  # numpy: dot with a scalar is multiplication
+        return F.mul(a, b)
+    x, y = F.as_tensor(a), F.as_tensor(b)
+    if x.ndim >= 2 and y.ndim >= 3:  # the one case where numpy's dot is not matmul
+        raise _unsupported("numpy.dot of a >=2-D and a >=3-D array", " (use numpy.matmul or tensordot semantics)")
+    return F.matmul(x, y)
+
+
+def _where(condition, x=_NOT_GIVEN, y=_NOT_GIVEN):
+    if x is _NOT_GIVEN and y is _NOT_GIVEN:
+        return _nonzero(condition)
+    if x is _NOT_GIVEN or y is _NOT_GIVEN:
+        raise ValueError("either both or neither of x and y should be given")
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        x = F.as_tensor(x)  # only the condition was a tensor
+    return F.where(condition, x, y)
+
+
+def _nonzero(a):
+    return tuple(Tensor._wrap(i.astype(np.int64)) for i in np.nonzero(F.as_tensor(a)._data))
+
+
+def _clip(a, a_min=_NOT_GIVEN, a_max=_NOT_GIVEN, out=None, *, min=_NOT_GIVEN, max=_NOT_GIVEN, **kwargs):
+    _reject("clip", out=out, **kwargs)
+    lo = min if a_min is _NOT_GIVEN else a_min
+    hi = max if a_max is _NOT_GIVEN else a_max
+    lo, hi = (None if v is _NOT_GIVEN or v is None else v if F._is_number(v) else F.as_tensor(v) for v in (lo, hi))
+    if lo is None and hi is None:
+        return F.as_tensor(a)  # numpy 2.1+: clip with no bounds is the identity
+    return F.clamp(a, lo, hi)
+
+
+def _reshape(a, shape=_NOT_GIVEN, order="C", *, newshape=_NOT_GIVEN, copy=None):
+    if order != "C":
+        raise _unsupported(f"numpy.reshape with order={order!r}")
+    shape = newshape if shape is _NOT_GIVEN else shape
+    if shape is _NOT_GIVEN:
+        raise TypeError("reshape() missing required argument 'shape'")
+    return F.reshape(a, (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape))
+
+
+def _ravel(a, order="C"):
+    return _reshape(a, -1, order)
+
+
+def _transpose(a, axes=None):
+    t = F.as_tensor(a)
+    axes = tuple(reversed(range(t.ndim))) if axes is None else tuple(axes)
+    return F.permute(t, axes) if t.ndim else t
+
+
+def _swapaxes(a, axis1, axis2):
+    return F.transpose(a, axis1, axis2)
+
+
+def _expand_dims(a, axis):
+    t = F.as_tensor(a)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    ndim = t.ndim + len(axes)
+    norm = sorted(F._check_dim(int(d), ndim, "expand_dims") for d in axes)
+    if len(set(norm)) != len(norm):
+        raise ValueError("repeated axis")
+    for d in norm:  # ascending: each insertion lands where the final shape wants it
+        t = F.unsqueeze(t, d)
+    return t
+
+
+def _squeeze(a, axis=None):
+    t = F.as_tensor(a)
+    if axis is None:
+        return F.squeeze(t)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(F._check_dim(int(d), t.ndim, "squeeze") for d in axes)
+    if any(t.shape[d] != 1 for d in axes):  # numpy refuses; torch would silently skip
+        raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    return F.squeeze(t, axes) if axes else t
+
+
+def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _reject("concatenate", out=out)
+    ts = [F.as_tensor(x) for x in arrays]
+    if axis is None:
+        ts, axis = [F.reshape(x, (-1,)) for x in ts], 0
+    result = F.cat(ts, axis)
+    return result if dtype is None else F.to(result, dtype)
+
+
+def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _reject("stack", out=out)
+    result = F.stack([F.as_tensor(x) for x in arrays], axis)
+    return result if dtype is None else F.to(result, dtype)
+
+
+def _broadcast_to(array, shape, subok=False):
+    return F.broadcast_to(F.as_tensor(array), (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape))
+
+
+def _outer(a, b, out=None):
+    _reject("outer", out=out)
+    return F.outer(F.reshape(a, (-1,)), F.reshape(b, (-1,)))
+
+
+def _copy(a, order="K", subok=False):
+    return F.clone(a)
+
+
+def _shape(a):
+    return tuple(F.as_tensor(a).shape)
+
+
+def _ndim(a):
+    return F.as_tensor(a).ndim
+
+
+def _size(a, axis=None):
+    t = F.as_tensor(a)
+    return t.numel() if axis is None else t.shape[axis]
+
+
+def _constant_like(fill):
+    # the result depends on the input's shape and dtype only, so it is a fresh leaf
+    def handler(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+        t = F.as_tensor(a)
+        d = t._data.dtype if dtype is None else _dt.to_dtype(dtype).np
+        return Tensor._wrap(np.full(t.shape if shape is None else shape, fill, dtype=d))
+
+    return handler
+
+
+def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return _constant_like(fill_value)(a, dtype, order, subok, shape)
+
+
+def _data(x):
+    return x._data if isinstance(x, Tensor) else x
+
+
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return builtins.bool(np.allclose(_data(a), _data(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return Tensor._wrap(np.asarray(np.isclose(_data(a), _data(b), rtol=rtol, atol=atol, equal_nan=equal_nan)))
+
+
+def _array_equal(a1, a2, equal_nan=False):
+    return builtins.bool(np.array_equal(_data(a1), _data(a2), equal_nan=equal_nan))
+
+
+_FUNCTIONS = {
+    np.sum: _sum, np.mean: _mean, np.prod: _prod,
+    np.max: _extremum("max"), np.amax: _extremum("max"), np.min: _extremum("min"), np.amin: _extremum("min"),
+    np.var: _spread("var"), np.std: _spread("std"), np.dot: _dot, np.where: _where, np.nonzero: _nonzero,
+    np.clip: _clip, np.reshape: _reshape, np.ravel: _ravel, np.transpose: _transpose, np.swapaxes: _swapaxes,
+    np.expand_dims: _expand_dims, np.squeeze: _squeeze, np.concatenate: _concatenate, np.stack: _stack,
+    np.broadcast_to: _broadcast_to, np.outer: _outer, np.copy: _copy,
+    np.shape: _shape, np.ndim: _ndim, np.size: _size,
+    np.zeros_like: _constant_like(0), np.ones_like: _constant_like(1), np.full_like: _full_like,
+    np.allclose: _allclose, np.isclose: _isclose, np.array_equal: _array_equal,
+}
+
+
+def array_function(self, func, types, args, kwargs):
+    """``Tensor.__array_function__``: run a numpy function as the matching symgrad op(s).
+
+    >>> import numpy as np, symgrad
+    >>> t = symgrad.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> np.mean(t, axis=0)
+    tensor([2., 3.], grad_fn=<MeanBackward1>)
+    """
+    if not all(issubclass(t, (Tensor, np.ndarray)) for t in types):
+        return NotImplemented
+    handler = _FUNCTIONS.get(func)
+    if handler is None:
+        raise _unsupported(_numpy_name(func))
+    return handler(*args, **kwargs)
+
+
+def supported_ufuncs() -> list[str]:
+    """Names of the numpy ufuncs that run on tensors.
+
+    >>> "tanh" in supported_ufuncs()
+    True
+    """
+    return sorted({u.__name__ for u in _UFUNCS})
+
+
+def supported_functions() -> list[str]:
+    """Names of the numpy functions that run on tensors.
+
+    >>> "mean" in supported_functions()
+    True
+    """
+    return sorted({f.__name__ for f in _FUNCTIONS})
+
+
+def install(cls=Tensor) -> None:
+    """Put the two protocol methods on ``cls`` (done by ``symgrad.ops.methods.attach``)."""
+    cls.__array_ufunc__ = array_ufunc
+    cls.__array_function__ = array_function
