@@ -370,6 +370,15 @@ def test_augmented_assignment_into_an_array_is_refused():
         a += leaf([0.1, 0.2, 0.3])
 
 
+def test_ufunc_at_into_an_array_with_index_tensors_works():
+    # integer index tensors carry no graph; library code (and symgrad's own forwards) scatter with them
+    out = np.zeros(4)
+    np.add.at(out, symgrad.tensor([0, 2, 0]), np.array([1.0, 2.0, 3.0]))
+    assert_array_equal(out, [4.0, 0.0, 2.0, 0.0])
+    with pytest.raises(TypeError, match=r"numpy[.]add[.]at"):  # differentiable values would lose their graph
+        np.add.at(np.zeros(3), [0], leaf([1.0]))
+
+
 def test_dot_of_3d_arrays_is_refused():
     with pytest.raises(TypeError, match="numpy.dot"):
         np.dot(leaf(X3), leaf(X3.transpose(0, 2, 1)))

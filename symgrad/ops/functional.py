@@ -972,13 +972,13 @@ def _unsqueeze_fwd(self, dim):
 
 @forward("index.Tensor")
 def _index_fwd(self, indices):
-    return self[indices]
+    return self[_index_arg(indices)]
 
 
 @forward("index_put_add")
 def _index_put_add_fwd(values, input_sizes, indices):
     out = np.zeros(input_sizes, dtype=values.dtype)
-    np.add.at(out, indices, values)  # repeated indices accumulate
+    np.add.at(out, _index_arg(indices), values)  # repeated indices accumulate
     return out
 
 
@@ -1160,6 +1160,7 @@ def zero_(t: Tensor) -> Tensor:
 
 @forward("index_put")
 def _index_put_fwd(self, indices, values, accumulate=False):
+    indices = _index_arg(indices)
     out = np.array(self, copy=True)
     if accumulate:
         np.add.at(out, indices, values)
@@ -1179,6 +1180,7 @@ def index_put(input, indices, values, accumulate: bool = False) -> Tensor:
 
 @forward("copy_slices")
 def _copy_slices_fwd(self, src, indices):
+    indices = _index_arg(indices)
     out = np.array(self, copy=True)
     out[indices] = src
     return out

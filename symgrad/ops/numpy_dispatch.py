@@ -102,6 +102,9 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     name = _numpy_name(ufunc)
     if not all(isinstance(x, _OPERAND_TYPES) for x in inputs):
         return NotImplemented
+    if method == "at" and _index_only(inputs):
+        # np.add.at(array, index_tensor, values): integer/bool index tensors carry no graph, so unwrap them
+        return getattr(ufunc, method)(inputs[0], _unwrap_index(inputs[1]), *inputs[2:], **kwargs)
     if method != "__call__":
         raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is)")
     out = kwargs.pop("out", None)
@@ -117,6 +120,21 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if fn is None:
         raise _unsupported(name)
     return fn(*inputs)
+
+
+def _index_only(inputs) -> bool:
+    """``ufunc.at`` into a plain array where tensors appear only in the index, as integer or bool tensors."""
+    target, idx, rest = inputs[0], inputs[1] if len(inputs) > 1 else None, inputs[2:]
+    if isinstance(target, Tensor) or any(isinstance(r, Tensor) for r in rest):
+        return False
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    return all(p._data.dtype.kind in "iub" for p in parts if isinstance(p, Tensor))
+
+
+def _unwrap_index(idx):
+    if isinstance(idx, tuple):
+        return tuple(i._data if isinstance(i, Tensor) else i for i in idx)
+    return idx._data if isinstance(idx, Tensor) else idx
 
 
 def _same(value, default) -> bool:
