@@ -95,8 +95,8 @@ def test_binary_ufunc_mixed_operands_keep_their_order(ufunc):
     check(lambda t: ufunc(const, t), POS)  # numpy array first
     check(lambda t: ufunc(t, const), POS)
     for scalar in (np.float64(1.7), 1.7, np.float32(1.7), 3):
-        check(lambda t: ufunc(scalar, t), POS)
-        check(lambda t: ufunc(t, scalar), POS)
+        check(lambda t, s=scalar: ufunc(s, t), POS)
+        check(lambda t, s=scalar: ufunc(t, s), POS)
 
 
 def test_operators_with_arrays_on_the_left_dispatch_in_order():
@@ -118,6 +118,14 @@ def test_array_minus_tensor_gradient_is_minus_one():
     assert_allclose(data(y), [9.0, 18.0])
     np.sum(y).backward()
     assert_allclose(data(x.grad), [-1.0, -1.0])
+
+
+def test_list_of_tensors_as_an_operand_stays_in_the_graph():
+    a, b = leaf(1.0), leaf(2.0)
+    y = np.multiply([a, b], leaf([3.0, 4.0]))
+    assert_allclose(data(y), [3.0, 8.0])
+    np.sum(y).backward()
+    assert a.grad.item() == 3.0 and b.grad.item() == 4.0
 
 
 def test_floor_divide_is_a_value_like_torch():

@@ -34,6 +34,8 @@ from symgrad.ops.registry import all_ops, apply
 
 OPS = all_ops()
 KEYS = sorted(OPS)
+# ops with at least one gradient formula (comparisons, logic and heaviside have none)
+DIFFERENTIABLE = [k for k in KEYS if OPS[k].rule.formulas]
 INF = math.inf
 
 
@@ -206,6 +208,12 @@ SAMPLES = {
                                 (U(r, 3), (3, 4), (np.array([0, 1, 1]), np.array([3, 0, 0])))],
     "unbind.int": lambda r: [(U(r, 3, 4), 0), (U(r, 3, 4), 1)],
     "stack": lambda r: [([U(r, 2, 3), U(r, 2, 3), U(r, 2, 3)], 0), ([U(r, 2, 3), U(r, 2, 3)], 2)],
+    # comparisons, logic and heaviside: forward only (no gradient)
+    **{k: (lambda r: [(U(r, 3, 1), U(r, 1, 4)), (U(r, 4), 0.5)]) for k in (
+        "gt.Tensor", "lt.Tensor", "ge.Tensor", "le.Tensor", "eq.Tensor", "ne.Tensor", "heaviside")},
+    "logical_and": lambda r: [(U(r, 3, 1) > 0.5, U(r, 1, 4) > 0.5)],
+    "logical_or": lambda r: [(U(r, 3, 1) > 0.5, U(r, 1, 4) > 0.5)],
+    "logical_not": lambda r: [(U(r, 4) > 0.5,)],
     # index_put: integer-array indices, replacing or accumulating (repeated indices add up)
     "index_put": lambda r: [(U(r, 3, 4), np.array([0, 2]), U(r, 2, 4), False),
                             (U(r, 3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])), U(r, 3), True)],
@@ -369,7 +377,7 @@ def test_samples_name_only_table_ops():
 
 # --- b. gradcheck in float64 ------------------------------------------------------------------
 
-@pytest.mark.parametrize("key,variant", _case_params(KEYS))
+@pytest.mark.parametrize("key,variant", _case_params(DIFFERENTIABLE))
 def test_gradcheck(key, variant):
     args = _require_sample(key, variant)
     op = OPS[key]
@@ -399,7 +407,7 @@ def test_unbind_uses_only_some_outputs():
 
 # --- c. elementwise formulas against sympy.diff -----------------------------------------------
 
-ELEMENTWISE = [k for k in KEYS if OPS[k].rule.elementwise is not None]
+ELEMENTWISE = [k for k in DIFFERENTIABLE if OPS[k].rule.elementwise is not None]
 ELEMENTWISE_FORMULAS = [(k, name) for k in ELEMENTWISE for name in OPS[k].rule.formulas]
 _TIES = (sympy.Piecewise, sympy.Heaviside, sympy.sign, sympy.Abs, sympy.Max, sympy.Min, sympy.DiracDelta)
 _GRAD, _RESULT = sympy.Symbol("grad", real=True), sympy.Symbol("result", real=True)
@@ -503,7 +511,7 @@ def test_gradgradcheck_elementwise(key, variant):
 
 # --- e. float32 stays float32 -----------------------------------------------------------------
 
-@pytest.mark.parametrize("key,variant", _case_params(KEYS))
+@pytest.mark.parametrize("key,variant", _case_params(DIFFERENTIABLE))
 def test_float32_in_float32_out(key, variant):
     args = _require_sample(key, variant)
     op = OPS[key]
@@ -657,6 +665,12 @@ TORCH_EQUIVALENT = {
     "unbind.int": lambda L, x, dim: L.unbind(x, dim),
     "stack": lambda L, ts, dim: L.stack(ts, dim),
     "copy_slices": _setitem,
+    "gt.Tensor": lambda L, a, b: L.gt(a, b), "lt.Tensor": lambda L, a, b: L.lt(a, b),
+    "ge.Tensor": lambda L, a, b: L.ge(a, b), "le.Tensor": lambda L, a, b: L.le(a, b),
+    "eq.Tensor": lambda L, a, b: L.eq(a, b), "ne.Tensor": lambda L, a, b: L.ne(a, b),
+    "heaviside": lambda L, a, b: L.heaviside(a, b if not isinstance(b, float) else L.tensor(b, dtype=a.dtype)),
+    "logical_and": lambda L, a, b: L.logical_and(a, b), "logical_or": lambda L, a, b: L.logical_or(a, b),
+    "logical_not": lambda L, a: L.logical_not(a),
     "index_put": lambda L, x, idx, v, acc: L.index_put(x, idx if isinstance(idx, tuple) else (idx,), v, acc),
 }
 

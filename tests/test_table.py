@@ -60,7 +60,7 @@ def test_shipped_entry(key):
     assert set(rule.non_differentiable) <= arg_names
     assert not set(rule.formulas) & set(rule.non_differentiable)
     if rule.elementwise is not None:
-        assert isinstance(rule.elementwise, sympy.Expr)
+        assert isinstance(rule.elementwise, sympy.Basic)  # Expr, or Boolean for comparisons
         assert {s.name for s in rule.elementwise.free_symbols} <= arg_names
     for name, f in rule.formulas.items():
         assert f.input == name

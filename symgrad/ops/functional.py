@@ -215,34 +215,40 @@ def minimum(input, other) -> Tensor:
 
 # --- comparisons and other non-differentiable elementwise ops ------------------------------
 
-def _compare(ufunc, name):
+_SWAPPED = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne": "ne"}
+
+
+def _compare(name: str, key: str):
     def fn(input, other) -> Tensor:
         a, b = _operand(input), _operand(other)
-        da = a._data if isinstance(a, Tensor) else a
-        db = b._data if isinstance(b, Tensor) else b
-        try:
-            return Tensor._wrap(np.asarray(ufunc(da, db)))
-        except ValueError as exc:
-            raise RuntimeError(f"{name}: the shapes {np.shape(da)} and {np.shape(db)} cannot be broadcast "
-                               f"together ({exc})") from None
+        if not isinstance(a, Tensor):  # 3 < x is x > 3
+            if name in _SWAPPED:
+                return _call(_SWAPPED[name] + ".Tensor", b, a)
+            a = as_tensor(a)
+        return _call(key, a, b)
 
     fn.__name__ = name
-    fn.__doc__ = f"Elementwise ``{name}`` comparison, a bool tensor (not differentiable)."
+    fn.__doc__ = f"Elementwise ``{name}``: a bool tensor (not differentiable)."
     return fn
 
 
-gt = greater = _compare(np.greater, "gt")
-lt = less = _compare(np.less, "lt")
-ge = greater_equal = _compare(np.greater_equal, "ge")
-le = less_equal = _compare(np.less_equal, "le")
-eq = _compare(np.equal, "eq")
-ne = not_equal = _compare(np.not_equal, "ne")
-logical_and = _compare(np.logical_and, "logical_and")
-logical_or = _compare(np.logical_or, "logical_or")
+gt = greater = _compare("gt", "gt.Tensor")
+lt = less = _compare("lt", "lt.Tensor")
+ge = greater_equal = _compare("ge", "ge.Tensor")
+le = less_equal = _compare("le", "le.Tensor")
+eq = _compare("eq", "eq.Tensor")
+ne = not_equal = _compare("ne", "ne.Tensor")
+logical_and = _compare("logical_and", "logical_and")
+logical_or = _compare("logical_or", "logical_or")
 
 
 def logical_not(input) -> Tensor:
-    return Tensor._wrap(np.logical_not(as_tensor(input)._data))
+    return _call("logical_not", as_tensor(input))
+
+
+def heaviside(input, values) -> Tensor:
+    """Step function: 0 below zero, 1 above, ``values`` at zero (not differentiable)."""
+    return _call("heaviside", as_tensor(input), _operand(values))
 
 
 def floor_divide(input, other) -> Tensor:
@@ -261,15 +267,6 @@ def remainder(input, other) -> Tensor:
     db = b._data if isinstance(b, Tensor) else b
     out = np.asarray(np.remainder(da, db))
     return Tensor._wrap(out.astype(_dt.result_type(a, b).np, copy=False))
-
-
-def constant_function(np_fn):
-    """Wrap a piecewise-constant numpy function for create_graph formulas: its result needs no grad."""
-
-    def fn(*args):
-        return Tensor._wrap(np.asarray(np_fn(*[a._data if isinstance(a, Tensor) else a for a in args])))
-
-    return fn
 
 
 # --- reductions -----------------------------------------------------------------------------

@@ -119,7 +119,16 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     fn = _UFUNCS.get(ufunc)
     if fn is None:
         raise _unsupported(name)
-    return fn(*inputs)
+    return fn(*(_nested(x) if isinstance(x, (list, tuple)) and _has_tensor(x) else x for x in inputs))
+
+
+def _has_tensor(seq) -> bool:
+    return any(isinstance(e, Tensor) or (isinstance(e, (list, tuple)) and _has_tensor(e)) for e in seq)
+
+
+def _nested(seq) -> Tensor:
+    # [t1, t2] as an operand: stack, so the elements stay in the graph (building a tensor from it would not)
+    return F.stack([_nested(e) if isinstance(e, (list, tuple)) else F.as_tensor(e) for e in seq])
 
 
 def _index_only(inputs) -> bool:

@@ -88,6 +88,8 @@ def _set_forward(op: OpDef, fn, opts: dict) -> None:
 
 
 def _elementwise_dtype_rule(expr: sympy.Expr) -> str:
+    if isinstance(expr, (sympy.core.relational.Relational, sympy.logic.boolalg.Boolean)):
+        return "keep"  # comparisons and logic give numpy's bool result as it is
     for f in expr.atoms(sympy.Function):
         if type(f).__name__ not in _INTEGER_PRESERVING:
             return "float"

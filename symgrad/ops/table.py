@@ -168,7 +168,7 @@ SYMPY_FUNCTIONS: dict[str, Any] = {
     "sqrt": sympy.sqrt, "Abs": sympy.Abs, "sign": sympy.sign, "Heaviside": sympy.Heaviside,
     "Piecewise": sympy.Piecewise, "Eq": sympy.Eq, "Ne": sympy.Ne, "erf": sympy.erf,
     "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2, "Max": sympy.Max, "Min": sympy.Min,
-    "pi": sympy.pi, "E": sympy.E,
+    "pi": sympy.pi, "E": sympy.E, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not,
 }
 
 

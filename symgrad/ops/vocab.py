@@ -229,8 +229,6 @@ def tensor_namespace() -> dict:
             fn = getattr(F, TENSOR_ALIASES.get(name, name), None)
             if fn is not None:
                 ns[name] = fn
-        for name in PIECEWISE_CONSTANT + ("sign",):
-            ns[name] = F.constant_function(NUMPY_FUNCTIONS[name])
         ns.update(_extra_tensor)
         _tensor_namespace = ns
     return _tensor_namespace
