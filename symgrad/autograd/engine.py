@@ -26,6 +26,9 @@ from .grad_mode import STATE
 from .node import AccumulateGrad, FormulaNode, Node
 
 
+_OWN_MIN_SIZE = 4096  # elements; below this, tracking buffer ownership costs more than it saves
+
+
 def _tensor_cls():
     from ..tensor import Tensor
 
@@ -146,7 +149,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
 
 
 def _n_outputs(node: Node) -> int:
-    return getattr(node, "_n_outputs", 1)
+    return node._n_outputs
 
 
 def _validate(node: Node, index: int, g, meta, create_graph: bool):
@@ -298,7 +301,7 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     try:
         while ready:
             node = pop(ready)[1]
-            grads = buffers.pop(node, None) or [None] * _n_outputs(node)
+            grads = buffers.pop(node, None) or [None] * node._n_outputs
             # Which incoming arrays this backward created itself and nobody else holds: those may be
             # added into in place and stolen by AccumulateGrad instead of copied.
             mine = [owned.pop(id(g), None) is not None for g in grads] if owned else None
@@ -336,16 +339,18 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                 g = outputs[i]
                 if g is not None:
                     meta = metas[i]
-                    fresh = fresh_ok and g.__class__ is ndarray and g.flags.owndata and \
-                        not any(g is x for x in grads)
+                    # Ownership only pays for large arrays (it saves an allocation and a copy).
+                    fresh = fresh_ok and g.__class__ is ndarray and g.size >= _OWN_MIN_SIZE and \
+                        g.flags.owndata and not any(g is x for x in grads)
                     if create_graph or g.__class__ is not ndarray or g.shape != meta[0] or \
                             (g.dtype is not meta[1] and g.dtype != meta[1]):
                         h = _validate(node, i, g, meta, create_graph)
-                        fresh = fresh_ok and h is not g and h.__class__ is ndarray and h.flags.owndata
+                        fresh = fresh_ok and h is not g and h.__class__ is ndarray and \
+                            h.size >= _OWN_MIN_SIZE and h.flags.owndata
                         g = h
                     buf = buffers.get(nxt)
                     if buf is None:
-                        n = _n_outputs(nxt)
+                        n = nxt._n_outputs
                         buf = buffers[nxt] = [None] * (n if n > nr else nr + 1)
                     elif nr >= len(buf):  # nodes with a list of outputs (unbind)
                         buf.extend([None] * (nr + 1 - len(buf)))
@@ -354,12 +359,12 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                         buf[nr] = g
                         if fresh:
                             owned[id(g)] = g
-                    elif id(prev) in owned and prev.shape == g.shape:
+                    elif owned and id(prev) in owned and prev.shape == g.shape:
                         np.add(prev, g, out=prev)
                     else:
                         total = prev + g
                         buf[nr] = total
-                        if not create_graph:
+                        if fresh_ok and total.size >= _OWN_MIN_SIZE:
                             owned.pop(id(prev), None)
                             owned[id(total)] = total
                 left = deps[nxt] - 1

@@ -47,6 +47,7 @@ class Node:
     _post_hooks = None
     _trace = None
     _released = False
+    _n_outputs = 1
 
     def __init__(self) -> None:
         self._seq = next(_sequence)
@@ -270,7 +271,8 @@ class FormulaNode(Node):
 
     def apply(self, grads: list, create_graph: bool) -> list:
         fast = type(self)._fast
-        if fast is not None:
+        if fast is not None:  # first call: the generated function replaces this method on the class
+            fast.install(type(self))
             return fast.run(self, grads, create_graph)
         env = self._env(grads, create_graph)
         fns = self._t_fns if create_graph else self._np_fns
@@ -324,11 +326,16 @@ class FusedBackward:
             for p in rule.formulas[name].params:
                 if p not in used and p not in ("grad", "grads"):
                     used.append(p)
-        lines = ["def backward(node_, grads, create_graph):",
+        lines = ["def backward(node_, grads, create_graph=False):",
+                 "    if create_graph and not tensor_mode_:",
+                 "        return tensor_version_(node_, grads, True)",
                  "    if node_._released and node_._has_saved:",
                  "        raise RuntimeError(ERR_BACKWARD_TWICE)",
-                 "    if node_._versions is not None:",
-                 "        check_versions(node_)",
+                 "    versions_ = node_._versions",
+                 "    if versions_ is not None:",
+                 "        for _, counter_, version_ in versions_:",
+                 "            if counter_.value != version_:",
+                 "                check_versions(node_)",
                  "    saved_ = node_._saved",
                  "    grad = grads[0]"]
         for p in used:
@@ -357,7 +364,8 @@ class FusedBackward:
     def _compile(self, which: int):
         glb = dict(self._namespaces[which]())
         glb.update(ERR_BACKWARD_TWICE=ERR_BACKWARD_TWICE, check_versions=_check_versions, Tensor_=_Tensor,
-                   SavedVariable_=SavedVariable)
+                   SavedVariable_=SavedVariable, tensor_mode_=bool(which),
+                   tensor_version_=lambda node, grads, cg: self.run(node, grads, cg))
         exec(compile(self.source, "<fused backward>", "exec"), glb)
         fn = self._fns[which] = glb["backward"]
         return fn
@@ -367,6 +375,10 @@ class FusedBackward:
         if fn is None:
             fn = self._compile(int(create_graph))
         return fn(node, grads, create_graph)
+
+    def install(self, cls) -> None:
+        """Make the numpy version the class's ``apply`` (it forwards create_graph calls itself)."""
+        cls.apply = self._fns[0] or self._compile(0)
 
 
 def _check_versions(node) -> None:
