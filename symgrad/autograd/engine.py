@@ -16,7 +16,7 @@ Tensors and every formula is recorded, so the result can be differentiated again
 
 from __future__ import annotations
 
-import heapq
+from operator import attrgetter
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ from .grad_mode import STATE
 from .node import AccumulateGrad, FormulaNode, Node
 
 
+_SEQ = attrgetter("_seq")
 _OWN_MIN_SIZE = 4096  # elements; below this, tracking buffer ownership costs more than it saves
 
 
@@ -252,8 +253,13 @@ def _needed_nodes(roots: list, targets) -> set:
 
 def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool, capture=None,
              n_capture: int = 0, accumulate_only=None):
-    """Run the graph from ``roots``; returns the captured gradients when ``capture`` is given."""
-    deps: dict = {}
+    """Run the graph from ``roots``; returns the captured gradients when ``capture`` is given.
+
+    Scheduling: a node is always created after the nodes it points at, so running the reachable
+    nodes in decreasing creation order (``_seq``) runs every node after all of its consumers, i.e.
+    once its gradient is complete.  This is the order PyTorch's ready queue prefers; it needs no
+    dependency counts.  AccumulateGrad nodes (sinks, ``_seq`` -1) run last.
+    """
     stack = []
     seen = set()
     for node, _ in roots:
@@ -263,10 +269,7 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     while stack:
         node = stack.pop()
         for nxt, _ in node._next:
-            if nxt is None:
-                continue
-            deps[nxt] = deps.get(nxt, 0) + 1
-            if nxt not in seen:
+            if nxt is not None and nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
 
@@ -289,19 +292,18 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
             buf.extend([None] * (nr + 1 - len(buf)))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
-    ready = [(-node._seq, node) for node in seen if deps.get(node, 0) == 0]
-    heapq.heapify(ready)
+    order = sorted(seen, key=_SEQ, reverse=True)
     prev_mode = STATE.enabled
     STATE.enabled = create_graph
     check_nan = anomaly.is_anomaly_check_nan_enabled()
     slow = anomaly.STATE.enabled
     ndarray = np.ndarray
-    pop, push = heapq.heappop, heapq.heappush
     old_err = np.seterr(all="ignore")  # numpy would warn where PyTorch silently produces inf/nan
     try:
-        while ready:
-            node = pop(ready)[1]
-            grads = buffers.pop(node, None) or [None] * node._n_outputs
+        for node in order:
+            grads = buffers.pop(node, None)
+            if grads is None:  # no gradient reached this node
+                continue
             # Which incoming arrays this backward created itself and nobody else holds: those may be
             # added into in place and stolen by AccumulateGrad instead of copied.
             mine = [owned.pop(id(g), None) is not None for g in grads] if owned else None
@@ -367,10 +369,6 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                         if fresh_ok and total.size >= _OWN_MIN_SIZE:
                             owned.pop(id(prev), None)
                             owned[id(total)] = total
-                left = deps[nxt] - 1
-                deps[nxt] = left
-                if left == 0:
-                    push(ready, (-nxt._seq, nxt))
     finally:
         STATE.enabled = prev_mode
         np.seterr(**old_err)

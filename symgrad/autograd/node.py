@@ -127,8 +127,9 @@ class RemovableHandle:
 class AccumulateGrad(Node):
     """The node of a leaf that requires grad: adds incoming gradients into ``variable.grad``."""
 
+    _seq = -1  # a sink: the engine runs it after every other node
+
     def __init__(self, variable) -> None:
-        super().__init__()
         self.variable = variable
         self._meta = ((variable.shape, variable.dtype),)
 
