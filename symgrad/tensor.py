@@ -207,6 +207,7 @@ class Tensor:
         node = self._grad_fn
         if node._retain is None:
             node._retain = {}
+            node._special = True
         import weakref
 
         node._retain[self._output_nr] = weakref.ref(self)

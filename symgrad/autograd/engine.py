@@ -300,9 +300,52 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     ndarray = np.ndarray
     old_err = np.seterr(all="ignore")  # numpy would warn where PyTorch silently produces inf/nan
     try:
+        plain = capture is None and allowed_leaves is None and not slow and not create_graph
         for node in order:
             grads = buffers.pop(node, None)
             if grads is None:  # no gradient reached this node
+                continue
+            if plain and not node._special:
+                # The short path: a rule-table node without hooks, plain numpy gradients.
+                outputs = node.apply(grads, False) if grads[0] is not None else [None] * len(node._next)
+                if not keep_graph:
+                    node._released = True
+                    if node._has_saved:
+                        node._saved = None
+                fresh_ok = node._alias_free
+                metas = node._meta
+                for i, (nxt, nr) in enumerate(node._next):
+                    g = outputs[i]
+                    if g is None:
+                        continue
+                    meta = metas[i]
+                    if g.__class__ is not ndarray or g.shape != meta[0] or \
+                            (g.dtype is not meta[1] and g.dtype != meta[1]):
+                        h = _validate(node, i, g, meta, False)
+                        fresh = fresh_ok and h is not g and h.size >= _OWN_MIN_SIZE and h.flags.owndata
+                        g = h
+                    else:
+                        fresh = fresh_ok and g.size >= _OWN_MIN_SIZE and g.flags.owndata and \
+                            not any(g is x for x in grads)
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        n = nxt._n_outputs
+                        buf = buffers[nxt] = [None] * (n if n > nr else nr + 1)
+                    elif nr >= len(buf):
+                        buf.extend([None] * (nr + 1 - len(buf)))
+                    prev = buf[nr]
+                    if prev is None:
+                        buf[nr] = g
+                        if fresh:
+                            owned[id(g)] = g
+                    elif owned and id(prev) in owned and prev.shape == g.shape:
+                        np.add(prev, g, out=prev)
+                    else:
+                        total = prev + g
+                        buf[nr] = total
+                        if fresh_ok and total.size >= _OWN_MIN_SIZE:
+                            owned.pop(id(prev), None)
+                            owned[id(total)] = total
                 continue
             # Which incoming arrays this backward created itself and nobody else holds: those may be
             # added into in place and stolen by AccumulateGrad instead of copied.

@@ -48,6 +48,8 @@ class Node:
     _trace = None
     _released = False
     _n_outputs = 1
+    # False only for rule-table nodes without hooks: the engine runs those on a short path.
+    _special = True
 
     def __init__(self) -> None:
         self._seq = next(_sequence)
@@ -69,6 +71,7 @@ class Node:
 
     def register_hook(self, fn):
         """Post-hook ``fn(grad_inputs, grad_outputs)``, called after the node runs."""
+        self._special = True
         if self._post_hooks is None:
             self._post_hooks = []
         self._post_hooks.append(fn)
@@ -79,6 +82,7 @@ class Node:
         return self._add_tensor_hook(-1, fn)
 
     def _add_tensor_hook(self, output_nr: int, fn):
+        self._special = True
         if self._pre_hooks is None:
             self._pre_hooks = {}
         hooks = self._pre_hooks.setdefault(output_nr, [])
@@ -228,7 +232,8 @@ class FormulaNode(Node):
 
     _rule: Any = None
     _edges: tuple = ()  # per edge: (formula index, element); list inputs (cat) override it per call
-    _versions = None    # [(name, counter, version)] of saved input tensors
+    _versions = None    # [(name, version)] of saved input tensors
+    _special = False
     _fast = None        # FusedBackward of the rule, when every input is a single tensor
     _alias_free = True
     _formula_params: tuple = ()
@@ -244,11 +249,8 @@ class FormulaNode(Node):
     def _env(self, grads: list, create_graph: bool) -> dict:
         if self._released and self._has_saved:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        versions = self._versions
-        if versions is not None:
-            for name, counter, version in versions:
-                if counter.value != version:
-                    _version_error(self, name, self._saved[name]._data, counter.value, version, "input")
+        if self._versions is not None:
+            _check_versions(self)
         env = {"grad": grads[0], "grads": grads}
         for name, value in self._saved.items():
             if value.__class__ is _Tensor:
@@ -332,11 +334,8 @@ class FusedBackward:
                  "        return tensor_version_(node_, grads, True)",
                  "    if node_._released and node_._has_saved:",
                  "        raise RuntimeError(ERR_BACKWARD_TWICE)",
-                 "    versions_ = node_._versions",
-                 "    if versions_ is not None:",
-                 "        for _, counter_, version_ in versions_:",
-                 "            if counter_.value != version_:",
-                 "                check_versions(node_)",
+                 "    if node_._versions is not None:",
+                 "        check_versions(node_)",
                  "    saved_ = node_._saved",
                  "    grad = grads[0]"]
         for p in used:
@@ -383,9 +382,14 @@ class FusedBackward:
 
 
 def _check_versions(node) -> None:
-    for name, counter, version in node._versions:
-        if counter.value != version:
-            _version_error(node, name, node._saved[name]._data, counter.value, version, "input")
+    """Raise if a saved input tensor was modified in place since it was saved."""
+    saved = node._saved
+    for name, version in node._versions:
+        t = saved[name]
+        c = t._vc
+        now = 0 if c is None else c.value
+        if now != version:
+            _version_error(node, name, t._data, now, version, "input")
 
 
 def make_node_class(rule, np_fns: tuple, t_fns: tuple, formula_params: tuple, edge_formulas: tuple,

@@ -32,11 +32,17 @@ def _is_number(x) -> bool:
 
 
 _ops = registry._REGISTRY
+_FAST_OPERANDS = frozenset({Tensor, float, int})
+
+
+_apply_simple = registry._apply_simple
 
 
 def _call(key: str, *args):
     op = _ops.get(key)
-    return apply(op if op is not None else get(key), args)
+    if op is None:
+        op = get(key)
+    return _apply_simple(op, args) if op.simple else apply(op, args)
 
 
 def as_tensor(x, dtype=None) -> Tensor:
@@ -60,6 +66,8 @@ def _operand(x):
 
 def add(input, other) -> Tensor:
     """``input + other`` with broadcasting (AddBackward0)."""
+    if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:  # the common case, kept short
+        return _call("add.Tensor", input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         a, b = b, a  # 3 + x records like x + 3, as in PyTorch
@@ -68,6 +76,8 @@ def add(input, other) -> Tensor:
 
 def sub(input, other) -> Tensor:
     """``input - other`` (SubBackward0; ``3 - x`` is RsubBackward1)."""
+    if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:
+        return _call("sub.Tensor", input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         return _call("rsub.Scalar", b, a)
@@ -84,6 +94,8 @@ def rsub(input, other) -> Tensor:
 
 def mul(input, other) -> Tensor:
     """``input * other`` with broadcasting (MulBackward0)."""
+    if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:  # the common case, kept short
+        return _call("mul.Tensor", input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         a, b = b, a
@@ -92,6 +104,8 @@ def mul(input, other) -> Tensor:
 
 def div(input, other) -> Tensor:
     """True division (DivBackward0); ``1 / x`` is ``reciprocal(x) * 1`` as in PyTorch."""
+    if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:
+        return _call("div.Tensor", input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         return mul(reciprocal(b), a)
@@ -130,7 +144,7 @@ def square(input) -> Tensor:
 
 def _unary(name: str):
     def fn(input) -> Tensor:
-        return _call(name, _operand(input))
+        return _call(name, input if input.__class__ is Tensor else _operand(input))
 
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}`` (rule: derivatives.yaml entry ``{name}``)."

@@ -46,6 +46,7 @@ class OpDef:
     save_plan: tuple = ()
     float_only: bool = False
     simple: bool = False              # one output, no tensor-list inputs: takes the fast path
+    promotes: bool = False            # dtype_rule != "keep"
     view: bool = False                # output aliases input 0 (shares its version counter)
     saves_result: bool = False
     edge_plan: tuple = ()
@@ -84,6 +85,7 @@ def forward(key: str, *, dtype_rule: str = "keep", float_only: bool = False, vie
 
 def _set_forward(op: OpDef, fn, opts: dict) -> None:
     op.forward, op.dtype_rule, op.float_only = fn, opts["dtype_rule"], opts["float_only"]
+    op.promotes = op.dtype_rule != "keep"
     op.extra["view"] = op.view = opts["view"]
 
 
@@ -116,6 +118,7 @@ def _build(rule: table.Rule) -> OpDef:
         _set_forward(op, *_FORWARDS[rule.key])
     if rule.differentiable:
         _attach_node(op)
+    op.promotes = op.dtype_rule != "keep"
     op.simple = not op.list_positions and schema.num_outputs == 1 and \
         not schema.returns.strip().startswith("Tensor[]") and \
         all(kind != "result" or name == "result" for name, kind, _ in op.save_plan)
@@ -336,7 +339,7 @@ def _apply_simple(op: OpDef, args: tuple):
                 requires = True
             if dt is None:
                 dt = d.dtype
-            elif d.dtype != dt:
+            elif d.dtype is not dt and d.dtype != dt:
                 same = False
     if op.float_only:
         _check_float(op, args, Tensor)
@@ -346,9 +349,10 @@ def _apply_simple(op: OpDef, args: tuple):
         raise _shape_error(op, args, exc) from None
     if out.__class__ is not np.ndarray:
         out = np.asarray(out)
-    if op.dtype_rule != "keep" and (not same or out.dtype != dt):
+    if op.promotes and (not same or (out.dtype is not dt and out.dtype != dt)):
         out = _fix_dtype(op, out, args, Tensor)
-    t = Tensor._wrap(out)
+    t = _new(Tensor)
+    t._data = out
     if op.view:
         t._version_counter = args[0]._version_counter
     if requires and op.node_class is not None and STATE.enabled and out.dtype.kind == "f":
@@ -362,6 +366,9 @@ def _apply_simple(op: OpDef, args: tuple):
         if _anomaly_state.enabled:
             node._trace = traceback.format_stack()[:-2]
     return t
+
+
+_new = object.__new__
 
 
 def _edge_meta(a, Tensor):
@@ -433,8 +440,8 @@ def _compile_record(op: OpDef):
                       f"        a = args[{pos}]",
                       f"        saved[{name!r}] = a",
                       "        if a.__class__ is Tensor or isinstance(a, Tensor):",
-                      "            c = a._version_counter",
-                      f"            versions.append(({name!r}, c, c.value))"]
+                      "            c = a._vc",  # no counter yet means version 0 (made on first need)
+                      f"            versions.append(({name!r}, 0 if c is None else c.value))"]
         lines.append("    if versions:")
         lines.append("        node._versions = versions")
     lines.append("    return node")
@@ -500,11 +507,12 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
             if a.__class__ is Tensor or isinstance(a, Tensor):
                 # the tensor itself plus the version it had: cheaper than a SavedVariable per input
                 saved[name] = a
-                c = a._version_counter
+                c = a._vc
+                v = 0 if c is None else c.value
                 if versions is None:
-                    versions = [(name, c, c.value)]
+                    versions = [(name, v)]
                 else:
-                    versions.append((name, c, c.value))
+                    versions.append((name, v))
             elif isinstance(a, list):
                 saved[name] = [SavedVariable(t) for t in a]
             else:
