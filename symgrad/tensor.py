@@ -19,6 +19,7 @@ import numpy as np
 from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import node as _node_module
+from .ops import registry as _registry
 from .autograd.grad_mode import STATE
 from .autograd.node import AccumulateGrad
 
@@ -235,6 +236,8 @@ class Tensor:
         """A new leaf sharing this tensor's data (and version counter), cut from the graph."""
         t = Tensor._wrap(self._data)
         t._version_counter = self._version_counter
+        if _registry._recorder is not None:
+            _registry._recorder.alias(t, self, "detach")
         return t
 
     def detach_(self) -> Tensor:
@@ -259,23 +262,27 @@ class Tensor:
     # --- conversion -------------------------------------------------------------------------
     def numpy(self, force: bool = False) -> np.ndarray:
         """The underlying numpy array (shared, not copied)."""
+        _concrete(self, ".numpy()")
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
         return self._data
 
     def __array__(self, dtype=None, copy=None):
+        _concrete(self, "numpy.asarray(tensor)")
         if dtype is not None and np.dtype(dtype) != self._data.dtype:
             return self._data.astype(dtype)
         return self._data.copy() if copy else self._data
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
+        _concrete(self, ".item()")
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
         return self._data.reshape(()).item()
 
     def tolist(self):
+        _concrete(self, ".tolist()")
         return self._data.tolist()
 
     def __float__(self) -> float:
@@ -285,11 +292,13 @@ class Tensor:
         return int(self.item())
 
     def __index__(self) -> int:
+        _concrete(self, "using a tensor as an index")
         if self._data.dtype.kind not in "iu" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
     def __bool__(self) -> bool:
+        _concrete(self, "bool(tensor) (an `if` or `while` on a tensor)")
         if self._data.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._data.reshape(()).item())
@@ -329,6 +338,13 @@ class Tensor:
 
 
 _node_module.bind_tensor_class(Tensor)
+
+
+def _concrete(t: Tensor, what: str) -> None:
+    """Refuse to read data computed from traced inputs (see symgrad.ir.tracer)."""
+    rec = _registry._recorder
+    if rec is not None:
+        rec.check_concrete(t, what)
 
 
 def _rebuild(data, requires_grad):

@@ -893,12 +893,15 @@ def var_backward(grad: Tensor, self: Tensor, dim, correction, keepdim) -> Tensor
 
 
 def amax_backward(grad: Tensor, self: Tensor, result: Tensor, dim, keepdim) -> Tensor:
-    from .vocab import _np_amax_backward
-
-    ones = np.ones(tuple(grad.shape), dtype=grad._data.dtype)
-    weights = _np_amax_backward(ones, self._data, result._data, dim, keepdim)  # mask / count: constant
-    g = _unsqueeze_dims(grad, tuple(self.shape), None if dim in ((), [], None) else dim, keepdim)
-    return g * Tensor._wrap(np.ascontiguousarray(weights))
+    """Gradient of amax/amin/max(): split evenly among the elements equal to the result."""
+    dims = None if dim in ((), [], None) else dim
+    shape = tuple(self.shape)
+    g = _unsqueeze_dims(grad, shape, dims, keepdim)
+    r = _unsqueeze_dims(result, shape, dims, keepdim)
+    mask = to(eq(self, r), grad.dtype)
+    axes = normalize_dims(dims, self.ndim)
+    count = sum(mask, axes, keepdim=True) if axes else mask
+    return g * mask / count
 
 
 def amax_backward_all(grad: Tensor, self: Tensor, result: Tensor) -> Tensor:
@@ -906,16 +909,26 @@ def amax_backward_all(grad: Tensor, self: Tensor, result: Tensor) -> Tensor:
 
 
 def index_reduction_backward(grad: Tensor, indices, shape, dim, keepdim) -> Tensor:
-    idx = indices._data if isinstance(indices, Tensor) else indices
-    if not keepdim:
-        idx = np.expand_dims(idx, dim)
-    mask = np.zeros(shape, dtype=grad._data.dtype)
-    np.put_along_axis(mask, idx, 1, axis=dim)
+    """Gradient of max/min along a dim: all of it to the returned index."""
+    idx = indices if isinstance(indices, Tensor) else Tensor._wrap(np.asarray(indices))
+    idx = _unsqueeze_dims(idx, tuple(shape), dim, keepdim)
+    positions = np.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))])
+    mask = to(eq(idx, Tensor._wrap(positions)), grad.dtype)
     g = _unsqueeze_dims(grad, tuple(shape), dim, keepdim)
-    return expand(g, tuple(shape)) * Tensor._wrap(mask)
+    return expand(g, tuple(shape)) * mask
+
+
+def _refuse_when_traced(t: Tensor, what: str) -> None:
+    rec = registry._recorder
+    if rec is not None and rec.is_traced(t):
+        from ..ir.tracer import TraceError, user_frame
+
+        raise TraceError(f"{what} is not supported in a traced (compiled) function: its gradient depends on "
+                         f"where the zeros are ({user_frame()})")
 
 
 def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
+    _refuse_when_traced(self, "the gradient of prod")
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
     if (self._data == 0).any():  # second order through zeros is not differentiated further
         from .vocab import _exclusive_prod
@@ -925,6 +938,7 @@ def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
 
 
 def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
+    _refuse_when_traced(self, "the gradient of prod")
     if (self._data == 0).any():
         from .vocab import _np_prod_backward_all
 
@@ -1084,9 +1098,9 @@ def getitem(t: Tensor, idx) -> Tensor:
     if not isinstance(idx, tuple):
         idx = (idx,)
     if any(_is_advanced(i) for i in idx):
-        key = _index_arg(idx if len(idx) > 1 else idx[0])
+        key = _index_key(idx if len(idx) > 1 else idx[0])
         try:
-            np.empty(t.shape, dtype=np.bool_)[key]
+            np.empty(t.shape, dtype=np.bool_)[_index_arg(key)]
         except IndexError as exc:
             raise IndexError(f"index {idx!r} does not fit a tensor of shape {list(t.shape)}: {exc}") from None
         return _call("index.Tensor", t, key)
@@ -1135,6 +1149,8 @@ def _write_inplace(t: Tensor, result: Tensor, op_name: str) -> Tensor:
                            f"{list(data.shape)}")
     np.copyto(t._data, data, casting="unsafe")
     t._version_counter.value += 1
+    if registry._recorder is not None:
+        registry._recorder.rebind(t, result)
     if result._grad_fn is not None:
         t._grad_fn = result._grad_fn
         t._output_nr = result._output_nr
@@ -1203,12 +1219,13 @@ def _copy_slices_fwd(self, src, indices):
 
 def setitem(t: Tensor, idx, value) -> None:
     """``t[idx] = value``; on a non-leaf this records a CopySlices node."""
-    idx = _index_arg(idx)
+    idx = _index_key(idx)
     _check_inplace_leaf(t)
     v = _operand(value)
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
         v = to(v, t.dtype)
-    if STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad)):
+    tracing = registry._recorder is not None
+    if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
             result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
@@ -1216,8 +1233,19 @@ def setitem(t: Tensor, idx, value) -> None:
             result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
         _write_inplace(t, result, "setitem")
         return
-    t._data[idx] = v._data if isinstance(v, Tensor) else v
+    t._data[_index_arg(idx)] = v._data if isinstance(v, Tensor) else v
     t._version_counter.value += 1
+
+
+def _index_key(idx):
+    """An indexing key with lists made arrays but tensors kept (a tracer records them as values)."""
+    if isinstance(idx, tuple):
+        return tuple(_index_key(i) for i in idx)
+    if isinstance(idx, list):
+        if any(isinstance(i, Tensor) for i in idx):
+            return np.asarray([i.item() if isinstance(i, Tensor) else i for i in idx])
+        return np.asarray(idx)
+    return idx
 
 
 def _index_arg(idx):

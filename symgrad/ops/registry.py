@@ -243,6 +243,16 @@ def _check_float(op: OpDef, args: tuple, Tensor) -> None:
                                f"floating point or complex dtype. Got: {a.dtype.name}")
 
 
+_recorder = None  # the active ir.tracer.Tracer while a function is being traced
+
+
+def set_recorder(recorder):
+    """Install the tracer that every op call is reported to (None to stop); returns the previous one."""
+    global _recorder
+    previous, _recorder = _recorder, recorder
+    return previous
+
+
 _T = None  # symgrad.tensor.Tensor, bound on first use (tensor.py imports this package)
 _acc = None
 
@@ -320,6 +330,8 @@ def apply(op: OpDef, args: tuple):
         for name, kind, k in op.save_plan:
             if kind == "result":
                 node._saved[name] = SavedVariable(results[k], is_output=True)
+    if _recorder is not None:
+        _recorder.record(op, args, results)
     return tuple(results) if multi else results[0]
 
 
@@ -365,6 +377,8 @@ def _apply_simple(op: OpDef, args: tuple):
             node._saved["result"] = SavedVariable(t, is_output=True)
         if _anomaly_state.enabled:
             node._trace = traceback.format_stack()[:-2]
+    if _recorder is not None:
+        _recorder.record(op, args, (t,))
     return t
 
 

@@ -1,0 +1,191 @@
+"""Graph passes that never change numerics: CSE, dead-code elimination, constant folding,
+and the grouping of elementwise nodes into regions whose expressions ``sympy.cse`` shares.
+
+No pass calls ``sympy.simplify`` on user math: it is slow and may change rounding.
+
+>>> import symgrad, numpy as np
+>>> g = symgrad.trace(lambda x: symgrad.sin(x) + symgrad.sin(x), np.ones(2))
+>>> len(g.nodes), len(cse(g).nodes)
+(3, 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..dtypes import from_numpy_dtype
+from ..ops import registry
+from .graph import Graph, IndexRef, Node, Value
+
+
+def _key_part(a, rename):
+    if isinstance(a, Value):
+        return ("v", id(rename.get(a, a)))
+    if isinstance(a, list):
+        return ("l",) + tuple(_key_part(x, rename) for x in a)
+    if isinstance(a, IndexRef):
+        return ("i", _index_key(a.parts, rename))
+    if isinstance(a, np.ndarray):
+        return ("a", a.dtype.str, a.shape, a.tobytes())
+    if isinstance(a, float):
+        return ("f", a.hex()) if a == a else ("f", "nan")
+    return ("o", type(a).__name__, repr(a))
+
+
+def _index_key(part, rename):
+    if isinstance(part, tuple):
+        return tuple(_index_key(p, rename) for p in part)
+    return _key_part(part, rename)
+
+
+def _rewrite(a, rename):
+    if isinstance(a, Value):
+        return rename.get(a, a)
+    if isinstance(a, list):
+        return [rename.get(x, x) if isinstance(x, Value) else x for x in a]
+    if isinstance(a, IndexRef):
+        return IndexRef(_rewrite_index(a.parts, rename))
+    return a
+
+
+def _rewrite_index(part, rename):
+    if isinstance(part, Value):
+        return rename.get(part, part)
+    if isinstance(part, tuple):
+        return tuple(_rewrite_index(p, rename) for p in part)
+    return part
+
+
+def _apply_renames(graph: Graph, rename: dict) -> None:
+    for node in graph.nodes:
+        node.args = tuple(_rewrite(a, rename) for a in node.args)
+        if node.expr is not None and rename:
+            node.expr = node.expr.xreplace({old.symbol: new.symbol for old, new in rename.items()})
+    graph.outputs = [None if v is None else rename.get(v, v) for v in graph.outputs]
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge nodes that apply the same op to the same arguments (forward and backward alike)."""
+    seen: dict[tuple, Node] = {}
+    rename: dict[Value, Value] = {}
+    kept = []
+    for node in graph.nodes:
+        if node.op == "constant":
+            key = ("constant",) + _key_part(node.data, rename)
+        else:
+            key = (node.op, tuple(_key_part(a, rename) for a in node.args), bool(node.meta.get("no_grad")))
+        other = seen.get(key)
+        if other is not None and len(other.outputs) == len(node.outputs):
+            for mine, theirs in zip(node.outputs, other.outputs):
+                rename[mine] = theirs
+            continue
+        seen[key] = node
+        kept.append(node)
+    graph.nodes = kept
+    _apply_renames(graph, rename)
+    return graph
+
+
+def dce(graph: Graph) -> Graph:
+    """Drop nodes whose outputs nothing uses."""
+    live = {v for v in graph.outputs if v is not None}
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(v in live for v in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    graph.nodes = kept[::-1]
+    return graph
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate nodes whose inputs are all constants (for example the ones tensor of a tangent)."""
+    const: dict[Value, np.ndarray] = {}
+    for node in graph.nodes:
+        if node.op == "constant":
+            const[node.output] = node.data
+            continue
+        if node.op == "detach" or len(node.outputs) != 1:
+            continue
+        ins = node.inputs
+        if not ins or not all(v in const for v in ins):
+            continue
+        op = registry.get(node.op)
+        from .interpreter import _resolve
+
+        value = np.asarray(op.forward(*[_resolve(a, const) for a in node.args]))
+        out = node.output
+        if value.dtype != out.dtype.np:
+            value = value.astype(out.dtype.np)
+        node.op, node.args, node.expr, node.data = "constant", (), None, np.ascontiguousarray(value)
+        node.meta = {}
+        const[out] = node.data
+    return graph
+
+
+def simplify(graph: Graph) -> Graph:
+    """Constant folding, CSE and DCE, in that order (each is safe for numerics)."""
+    return dce(cse(fold_constants(graph)))
+
+
+@dataclass
+class Region:
+    """Connected elementwise nodes: their outputs as sympy expressions of the region's inputs."""
+
+    nodes: list[Node]
+    inputs: list[Value]
+    outputs: list[Value]
+    exprs: list[sympy.Expr]
+
+    def cse(self):
+        """``sympy.cse`` of the output expressions: (shared subexpressions, reduced outputs)."""
+        return sympy.cse(self.exprs, symbols=sympy.numbered_symbols("t"))
+
+    def op_count(self, exprs=None) -> int:
+        return int(sum(sympy.count_ops(e) for e in (exprs if exprs is not None else self.exprs)))
+
+
+def elementwise_regions(graph: Graph) -> list[Region]:
+    """Group elementwise nodes joined by values of the same shape into regions (fusion candidates)."""
+    users = graph.users()
+    group: dict[Node, int] = {}
+    regions: list[list[Node]] = []
+    for node in graph.nodes:
+        if node.expr is None:
+            continue
+        joined = None
+        for v in node.inputs:
+            p = v.producer
+            if p is not None and p in group and v.shape == node.output.shape:
+                joined = group[p] if joined is None else joined
+        if joined is None:
+            joined = len(regions)
+            regions.append([])
+        regions[joined].append(node)
+        group[node] = joined
+    out = []
+    outputs_of_graph = {v for v in graph.outputs if v is not None}
+    for nodes in regions:
+        members = set(nodes)
+        inner: dict[Value, sympy.Expr] = {}
+        inputs: list[Value] = []
+        for n in nodes:
+            subs = {}
+            for v in n.inputs:
+                if v in inner:
+                    subs[v.symbol] = inner[v]
+                elif v not in inputs:
+                    inputs.append(v)
+            inner[n.output] = n.expr.xreplace(subs) if subs else n.expr
+        outputs = [n.output for n in nodes
+                   if n.output in outputs_of_graph or any(u not in members for u in users.get(n.output, []))]
+        out.append(Region(nodes, inputs, outputs, [inner[v] for v in outputs]))
+    return out
+
+
+def constant_node(graph: Graph, data: np.ndarray) -> Value:
+    node = graph.add_node("constant", (), [(from_numpy_dtype(data.dtype), data.shape)], data=data, name="const")
+    return node.output

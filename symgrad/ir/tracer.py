@@ -1,0 +1,205 @@
+"""Tracing: run a function once on example inputs and record every op it applies.
+
+The function runs eagerly (every op's real numpy forward, so shapes and dtypes are
+exactly the eager ones) while the op registry reports each call here.  Python control
+flow is evaluated at trace time, as with ``jax.jit``; reading a traced value's data
+(``if loss > 0:``, ``float(x)``, ``x.item()``) raises :class:`TraceError` naming the
+user's file and line.
+
+>>> import symgrad, numpy as np
+>>> g = symgrad.trace(lambda x, w: symgrad.tanh(x @ w).sum(), np.ones((2, 3)), np.ones(3))
+>>> [n.op for n in g.nodes]
+['mv', 'tanh', 'sum']
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import traceback
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy
+
+from ..autograd.grad_mode import STATE
+from ..dtypes import from_numpy_dtype
+from ..ops import registry
+from ..tensor import Tensor
+from .graph import Graph, IndexRef, Value
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class TraceError(RuntimeError):
+    """The traced function did something a compiled graph cannot express."""
+
+
+def user_frame() -> str:
+    """'file.py:LINE in function' of the innermost frame outside symgrad and numpy."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_PACKAGE_DIR) or f"{os.sep}numpy{os.sep}" in path or frame.filename.startswith("<"):
+            if not frame.filename.startswith("<stdin>") and not frame.filename.startswith("<doctest"):
+                continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown location>"
+
+
+class Tracer:
+    """Receives op calls from the registry and appends them to a :class:`Graph`."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._values: dict[int, tuple[Tensor, Value]] = {}
+        # ndarray id -> (array, Value) for op outputs: autograd re-wraps saved outputs in new
+        # Tensor objects around the same array (SavedVariable.unpack_tensor), which must map back.
+        self._arrays: dict[int, tuple[np.ndarray, Value]] = {}
+
+    # --- tensor <-> value -------------------------------------------------------------------
+    def bind(self, t: Tensor, v: Value) -> None:
+        self._values[id(t)] = (t, v)  # holding t keeps its id from being reused during the trace
+
+    def value_of(self, t: Tensor) -> Value | None:
+        entry = self._values.get(id(t))
+        if entry is not None and entry[0] is t:
+            return entry[1]
+        entry = self._arrays.get(id(t._data))
+        if entry is not None and entry[0] is t._data:
+            return entry[1]
+        return None
+
+    def is_traced(self, t: Tensor) -> bool:
+        v = self.value_of(t)
+        return v is not None and not (v.producer is not None and v.producer.op == "constant")
+
+    def _as_value(self, t: Tensor) -> Value:
+        v = self.value_of(t)
+        if v is None:  # a tensor made inside the function or captured from outside: a constant
+            data = np.array(t._data, copy=True)
+            node = self.graph.add_node("constant", (), [(from_numpy_dtype(data.dtype), data.shape)], data=data,
+                                       name="const")
+            v = node.output
+            self.bind(t, v)
+        return v
+
+    def _arg(self, a, spec):
+        if isinstance(a, Tensor):
+            return self._as_value(a)
+        if spec.is_tensor_list and isinstance(a, (list, tuple)):
+            return [self._as_value(x) if isinstance(x, Tensor) else x for x in a]
+        if spec.type == "Index":
+            return IndexRef(self._index(a))
+        return a
+
+    def _index(self, part):
+        if isinstance(part, Tensor):
+            if part._data.dtype == np.bool_ and self.is_traced(part):
+                raise TraceError(f"boolean-mask indexing with a mask computed from the inputs gives a "
+                                 f"data-dependent shape, which a compiled graph cannot have ({user_frame()}); "
+                                 f"use symgrad.where(mask, x, 0) instead")
+            return self._as_value(part) if self.is_traced(part) else np.array(part._data, copy=True)
+        if isinstance(part, tuple):
+            return tuple(self._index(p) for p in part)
+        if isinstance(part, list):
+            return np.asarray(part)
+        return part
+
+    # --- the registry's hook ----------------------------------------------------------------
+    def record(self, op, args: tuple, outputs: Sequence[Tensor]) -> None:
+        schema_args = op.rule.schema.args
+        rec = tuple(self._arg(a, spec) for a, spec in zip(args, schema_args))
+        expr = None
+        if op.rule.elementwise is not None:
+            subs = {}
+            for a, spec in zip(rec, schema_args):
+                sym = sympy.Symbol(spec.name)
+                subs[sym] = a.symbol if isinstance(a, Value) else sympy.sympify(a)
+            expr = op.rule.elementwise.xreplace(subs)
+        specs = [(o.dtype, tuple(o._data.shape)) for o in outputs]
+        node = self.graph.add_node(op.key, rec, specs, expr=expr, name=op.name)
+        if not STATE.enabled:
+            node.meta["no_grad"] = True
+        for t, v in zip(outputs, node.outputs):
+            self.bind(t, v)
+            self._arrays[id(t._data)] = (t._data, v)
+
+    def alias(self, new: Tensor, old: Tensor, op: str) -> None:
+        """``new`` is ``old`` seen through ``op`` (``detach``): one node, same data."""
+        src = self._as_value(old)
+        node = self.graph.add_node(op, (src,), [(src.dtype, src.shape)], name=op)
+        self.bind(new, node.output)
+
+    def rebind(self, t: Tensor, result: Tensor) -> None:
+        """An in-place op made ``t`` hold ``result``'s value."""
+        self.bind(t, self._as_value(result))
+
+    def check_concrete(self, t: Tensor, what: str) -> None:
+        if self.is_traced(t):
+            raise TraceError(
+                f"{what} reads the value of a tensor computed from the traced inputs, at {user_frame()}. "
+                "A compiled function is traced once and cannot branch on data: use symgrad.where(...) for "
+                "data-dependent choices, or pass the value as a Python number.")
+
+
+def _flatten_outputs(out) -> tuple[list, str]:
+    if isinstance(out, Tensor):
+        return [out], "single"
+    if isinstance(out, (tuple, list)):
+        if not all(isinstance(o, Tensor) or o is None for o in out):
+            bad = next(type(o).__name__ for o in out if not isinstance(o, Tensor) and o is not None)
+            raise TraceError(f"the traced function returned a {type(out).__name__} containing a {bad}; "
+                             "return Tensors (or a tuple of Tensors)")
+        return list(out), "tuple"
+    raise TraceError(f"the traced function returned {type(out).__name__}; return a Tensor or a tuple of Tensors "
+                     "(dicts and other containers are not supported)")
+
+
+def _arg_names(fn: Callable, n: int) -> list[str]:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = params[:n]
+    names += [f"arg{i}" for i in range(len(names), n)]
+    return names
+
+
+def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
+          requires_grad: Sequence[bool] | None = None) -> Graph:
+    """Trace ``fn`` on example inputs (numpy arrays, Tensors or numbers) into a :class:`Graph`.
+
+    Arrays and Tensors become placeholders; Python numbers are constants of the trace.
+    ``requires_grad[i]`` makes input ``i`` require grad while tracing (autodiff uses it).
+
+    >>> g = symgrad.trace(lambda x: symgrad.exp(-x * x), np.zeros(4))          # doctest: +SKIP
+    """
+    graph = Graph()
+    tracer = Tracer(graph)
+    names = list(names) if names is not None else _arg_names(fn, len(example_args))
+    call_args = []
+    for i, (name, a) in enumerate(zip(names, example_args)):
+        if isinstance(a, (bool, int, float)) and not isinstance(a, np.ndarray):
+            call_args.append(a)
+            continue
+        data = a._data if isinstance(a, Tensor) else np.asarray(a)
+        if data.dtype == np.float64 and not isinstance(a, (Tensor, np.ndarray)) and np.ndim(a) == 0:
+            data = np.asarray(a)
+        t = Tensor._wrap(np.array(data, copy=True))
+        from_numpy_dtype(t._data.dtype)  # a clear error for unsupported dtypes
+        if requires_grad is not None and requires_grad[i] and t._data.dtype.kind == "f":
+            t.requires_grad_(True)
+        v = graph.add_placeholder(name, t.dtype, t._data.shape)
+        tracer.bind(t, v)
+        graph.example_inputs.append(t._data)
+        call_args.append(t)
+    previous = registry.set_recorder(tracer)
+    try:
+        out = fn(*call_args)
+    finally:
+        registry.set_recorder(previous)
+    outs, kind = _flatten_outputs(out)
+    graph.output_kind = kind
+    graph.outputs = [None if o is None else tracer._as_value(o) for o in outs]
+    return graph
