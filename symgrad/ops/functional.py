@@ -38,11 +38,20 @@ _FAST_OPERANDS = frozenset({Tensor, float, int})
 _apply_simple = registry._apply_simple
 
 
+_fast: dict = {}  # op key -> generated fast call (registry.fast_call), for ops on the simple path
+
+
 def _call(key: str, *args):
+    fn = _fast.get(key)
+    if fn is not None:
+        return fn(*args)
     op = _ops.get(key)
     if op is None:
         op = get(key)
-    return _apply_simple(op, args) if op.simple else apply(op, args)
+    if op.simple:
+        fn = _fast[key] = registry.fast_call(op)
+        return fn(*args)
+    return apply(op, args)
 
 
 def as_tensor(x, dtype=None) -> Tensor:

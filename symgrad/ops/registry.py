@@ -397,6 +397,85 @@ def _edge_meta(a, Tensor):
     return (None, 0), None
 
 
+def fast_call(op: OpDef):
+    """A generated function ``f(*args)`` equivalent to ``apply(op, args)`` for a simple op.
+
+    The common case (Tensor and Python-number arguments) is unrolled, with no loop over the
+    schema; anything else falls back to :func:`apply`.  Built on first use and cached on the op.
+    """
+    fn = op.extra.get("fast_call")
+    if fn is not None:
+        return fn
+    Tensor = _T or _bind()
+    names = [f"a{i}" for i in range(len(op.rule.schema.args))]
+    defaults = [a.default for a in op.rule.schema.args]
+    params, default_values = [], []
+    for name, d in zip(names, defaults):
+        if d is None:
+            params.append(name)
+        else:
+            params.append(f"{name}=_D[{len(default_values)}]")
+            default_values.append(_default_value(d))
+    lines = [f"def call({', '.join(params)}):", f"    args = ({', '.join(names)}{',' if len(names) == 1 else ''})"]
+    positions = op.tensor_positions
+    lines.append("    req = False")
+    for k, i in enumerate(positions):
+        a = names[i]
+        lines += [f"    c = {a}.__class__",
+                  "    if c is Tensor:",
+                  f"        d{i} = {a}._data",
+                  f"        if {a}._grad_fn is not None or {a}._requires_grad:",
+                  "            req = True"]
+        if k == 0:
+            lines += [f"        dt = d{i}.dtype", "        same = True"]
+        else:
+            lines += [f"        if d{i}.dtype is not dt and d{i}.dtype != dt:", "            same = False"]
+        lines += ["    elif c is float or c is int:", f"        d{i} = {a}"]
+        if k == 0:
+            lines += ["        return slow(op, args)"]  # a number first: let the general path decide
+        lines += ["    else:", "        return slow(op, args)"]
+    call_args = ", ".join(f"d{i}" if i in positions else names[i] for i in range(len(names)))
+    if op.float_only:
+        lines += ["    if dt.kind != 'f':", "        return slow(op, args)"]
+    lines += ["    try:", f"        out = forward({call_args})", "    except ValueError as exc:",
+              "        raise shape_error(op, args, exc) from None"]
+    lines += ["    if out.__class__ is not ndarray:", "        out = asarray(out)"]
+    if op.promotes:
+        lines += ["    if not same or (out.dtype is not dt and out.dtype != dt):",
+                  "        out = fix(op, out, args, Tensor)"]
+    lines += ["    t = new(Tensor)", "    t._data = out"]
+    if op.view:
+        lines.append(f"    t._version_counter = {names[0]}._version_counter")
+    if op.node_class is not None:
+        lines += ["    if req and STATE.enabled and out.dtype.kind == 'f':",
+                  "        rec = op.record or compile_record(op)",
+                  "        node = rec(args, out)",
+                  "        t._grad_fn = node"]
+        if op.saves_result:
+            lines.append("        node._saved['result'] = SavedVariable(t, is_output=True)")
+        lines += ["        if anomaly_state.enabled:", "            node._trace = format_stack()[:-1]"]
+    lines += ["    if reg._recorder is not None:", "        reg._recorder.record(op, args, (t,))", "    return t"]
+    import sys
+
+    glb = {"Tensor": Tensor, "slow": _apply_simple, "op": op, "forward": op.forward, "ndarray": np.ndarray,
+           "asarray": np.asarray, "fix": _fix_dtype, "new": object.__new__, "STATE": STATE,
+           "compile_record": _compile_record, "SavedVariable": SavedVariable, "anomaly_state": _anomaly_state,
+           "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error,
+           "_D": default_values}
+    src = "\n".join(lines)
+    exec(compile(src, f"<fast call {op.key}>", "exec"), glb)
+    fn = glb["call"]
+    fn.__source__ = src
+    op.extra["fast_call"] = fn
+    return fn
+
+
+def _default_value(text: str):
+    """A schema default (``None``, ``False``, ``1``, ``[]``) as a Python value."""
+    return {"None": None, "False": False, "True": True, "[]": ()}.get(text, None) if not text.lstrip("-").isdigit() \
+        else int(text)
+
+
 def _compile_record(op: OpDef):
     """Generate the node-recording function of a simple op: the loops of :func:`_record` unrolled.
 
