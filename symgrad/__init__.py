@@ -45,10 +45,10 @@ from .dtypes import (
     uint8,
 )
 from .ops import methods as _methods
+from .ops.custom import register_op
 from .ops.functional import *  # noqa: F403 - the public op functions
 from .ops.functional import slice_op as _slice_op
 from .tensor import Size, Tensor
-from .ops.custom import register_op
 
 float = float32
 double = float64

@@ -12,6 +12,7 @@ tensor([8.])
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,9 @@ import numpy as np
 from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import node as _node_module
-from .ops import registry as _registry
 from .autograd.grad_mode import STATE
 from .autograd.node import AccumulateGrad
+from .ops import registry as _registry
 
 _DEFAULT_SHOWN = {"float32", "int64", "bool"}
 
@@ -49,9 +50,17 @@ class Size(tuple):
 
 
 def _accumulate_node(t: Tensor) -> AccumulateGrad:
-    node = t._accumulate
+    """The leaf's AccumulateGrad node, shared by every graph alive that uses the leaf.
+
+    Like PyTorch, the tensor holds its node weakly (graphs hold it strongly): a strong
+    reference both ways would make every leaf a reference cycle that only the garbage
+    collector can free.
+    """
+    ref = t._accumulate
+    node = ref() if ref is not None else None
     if node is None:
-        node = t._accumulate = AccumulateGrad(t)
+        node = AccumulateGrad(t)
+        t._accumulate = weakref.ref(node)
     return node
 
 
@@ -222,7 +231,11 @@ class Tensor:
         """
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        node = self._grad_fn if self._grad_fn is not None else _accumulate_node(self)
+        if self._grad_fn is not None:
+            node = self._grad_fn
+        else:
+            node = _accumulate_node(self)
+            self._hooked_accumulate = node  # hooks live on the node: keep it while the tensor lives
         return node._add_tensor_hook(self._output_nr, hook)
 
     @property
@@ -286,9 +299,11 @@ class Tensor:
         return self._data.tolist()
 
     def __float__(self) -> float:
+        _concrete(self, "float(tensor)")
         return float(self.item())
 
     def __int__(self) -> int:
+        _concrete(self, "int(tensor)")
         return int(self.item())
 
     def __index__(self) -> int:

@@ -16,15 +16,14 @@ Tensors and every formula is recorded, so the result can be differentiated again
 
 from __future__ import annotations
 
-from operator import attrgetter
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from . import anomaly
 from .grad_mode import STATE
 from .node import AccumulateGrad, FormulaNode, Node
-
 
 _SEQ = attrgetter("_seq")
 _OWN_MIN_SIZE = 4096  # elements; below this, tracking buffer ownership costs more than it saves
@@ -225,23 +224,14 @@ def _retain(node: Node, grads: list, create_graph: bool) -> None:
             t._grad = Tensor._wrap(np.array(g, copy=True)) if t._grad is None else Tensor._wrap(t._grad._data + g)
 
 
-def _needed_nodes(roots: list, targets) -> set:
-    """Nodes from which some capture target is reachable (only those run under autograd.grad)."""
-    order, seen, stack = [], set(), [n for n, _ in roots if n is not None]
-    for n in stack:
-        seen.add(n)
-    while stack:  # iterative DFS post-order
-        node = stack[-1]
-        pushed = False
-        for nxt, _ in node._next:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-                pushed = True
-        if not pushed:
-            order.append(stack.pop())
+def _needed_nodes(order: list, targets) -> set:
+    """Nodes from which some capture target is reachable (only those run under autograd.grad).
+
+    ``order`` is the run order (decreasing creation order): walked backwards, every node comes
+    after all the nodes it points at.
+    """
     needed = set(targets)
-    for node in order:  # children come before parents in post-order
+    for node in reversed(order):
         if node in needed:
             continue
         for nxt, _ in node._next:
@@ -273,7 +263,8 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                 seen.add(nxt)
                 stack.append(nxt)
 
-    needed = _needed_nodes(roots, capture.keys()) if capture is not None else None
+    order = sorted(seen, key=_SEQ, reverse=True)
+    needed = _needed_nodes(order, capture.keys()) if capture is not None else None
     allowed_leaves = None
     if accumulate_only is not None:
         allowed_leaves = {_root_edge(t, i)[0] for i, t in enumerate(accumulate_only)}
@@ -292,7 +283,6 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
             buf.extend([None] * (nr + 1 - len(buf)))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
-    order = sorted(seen, key=_SEQ, reverse=True)
     prev_mode = STATE.enabled
     STATE.enabled = create_graph
     check_nan = anomaly.is_anomaly_check_nan_enabled()

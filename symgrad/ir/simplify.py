@@ -110,8 +110,7 @@ def fold_constants(graph: Graph) -> Graph:
             continue
         if node.op == "detach" or len(node.outputs) != 1:
             continue
-        ins = node.inputs
-        if not ins or not all(v in const for v in ins):
+        if not all(v in const for v in node.inputs):  # also folds ops on Python numbers only
             continue
         op = registry.get(node.op)
         from .interpreter import _resolve
@@ -120,15 +119,51 @@ def fold_constants(graph: Graph) -> Graph:
         out = node.output
         if value.dtype != out.dtype.np:
             value = value.astype(out.dtype.np)
-        node.op, node.args, node.expr, node.data = "constant", (), None, np.ascontiguousarray(value)
+        node.op, node.args, node.expr, node.data = "constant", (), None, np.array(value, copy=True)
         node.meta = {}
         const[out] = node.data
     return graph
 
 
+def _same_type(a, v: Value) -> bool:
+    return isinstance(a, Value) and a.shape == v.shape and a.dtype is v.dtype
+
+
+def peephole(graph: Graph) -> Graph:
+    """Remove nodes that return one of their inputs unchanged (exact identities only).
+
+    ``x**1``, ``x*1``, ``x+0``, ``where(True, a, b)`` with a known condition, and an ``expand`` to the
+    shape the value already has.  Formulas produce these when an argument is a known number
+    (pow's rule ``exponent * self**(exponent - 1)`` at exponent 2).
+    """
+    const = {n.output: n.data for n in graph.nodes if n.op == "constant"}
+    rename: dict[Value, Value] = {}
+    for node in graph.nodes:
+        if len(node.outputs) != 1:
+            continue
+        out, args = node.output, tuple(rename.get(a, a) if isinstance(a, Value) else a for a in node.args)
+        keep = None
+        if node.op == "pow.Tensor_Scalar" and args[1] == 1:
+            keep = args[0]
+        elif node.op == "mul.Tensor" and (args[1] == 1 or args[0] == 1):
+            keep = args[0] if args[1] == 1 else args[1]
+        elif node.op in ("add.Tensor", "sub.Tensor") and not isinstance(args[1], Value) and args[1] == 0:
+            keep = args[0]
+        elif node.op == "where.self" and isinstance(args[0], Value) and args[0] in const \
+                and const[args[0]].size == 1:
+            keep = args[1] if bool(const[args[0]].reshape(())) else args[2]
+        elif node.op == "expand" and isinstance(args[0], Value) and tuple(args[0].shape) == tuple(out.shape):
+            keep = args[0]
+        if keep is not None and _same_type(keep, out) and not isinstance(keep, bool):
+            rename[out] = keep
+    if rename:
+        _apply_renames(graph, rename)
+    return graph
+
+
 def simplify(graph: Graph) -> Graph:
-    """Constant folding, CSE and DCE, in that order (each is safe for numerics)."""
-    return dce(cse(fold_constants(graph)))
+    """Constant folding, exact identities, CSE and DCE, in that order (each is safe for numerics)."""
+    return dce(cse(peephole(fold_constants(graph))))
 
 
 @dataclass
@@ -151,21 +186,27 @@ class Region:
 def elementwise_regions(graph: Graph) -> list[Region]:
     """Group elementwise nodes joined by values of the same shape into regions (fusion candidates)."""
     users = graph.users()
-    group: dict[Node, int] = {}
-    regions: list[list[Node]] = []
+    parent: dict[Node, Node] = {}
+
+    def find(n: Node) -> Node:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
     for node in graph.nodes:
         if node.expr is None:
             continue
-        joined = None
-        for v in node.inputs:
+        parent[node] = node
+        for v in node.inputs:  # join every region this node reads (union-find)
             p = v.producer
-            if p is not None and p in group and v.shape == node.output.shape:
-                joined = group[p] if joined is None else joined
-        if joined is None:
-            joined = len(regions)
-            regions.append([])
-        regions[joined].append(node)
-        group[node] = joined
+            if p is not None and p in parent and v.shape == node.output.shape:
+                parent[find(p)] = find(node)
+    by_root: dict[Node, list[Node]] = {}
+    for node in graph.nodes:
+        if node in parent:
+            by_root.setdefault(find(node), []).append(node)
+    regions = list(by_root.values())
     out = []
     outputs_of_graph = {v for v in graph.outputs if v is not None}
     for nodes in regions:

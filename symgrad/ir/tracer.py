@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -84,12 +85,12 @@ class Tracer:
         return v
 
     def _arg(self, a, spec):
+        if spec.type == "Index":  # before the Tensor case: a bare mask or index tensor is an index
+            return IndexRef(self._index(a))
         if isinstance(a, Tensor):
             return self._as_value(a)
         if spec.is_tensor_list and isinstance(a, (list, tuple)):
             return [self._as_value(x) if isinstance(x, Tensor) else x for x in a]
-        if spec.type == "Index":
-            return IndexRef(self._index(a))
         return a
 
     def _index(self, part):
@@ -132,7 +133,15 @@ class Tracer:
 
     def rebind(self, t: Tensor, result: Tensor) -> None:
         """An in-place op made ``t`` hold ``result``'s value."""
-        self.bind(t, self._as_value(result))
+        v = self._as_value(result)
+        self.bind(t, v)
+        self._arrays[id(t._data)] = (t._data, v)  # the array now holds the new value
+
+    def same_value(self, new: Tensor, old: Tensor) -> None:
+        """``new`` stands for ``old``'s current value (the stand-in an in-place op computes from)."""
+        v = self.value_of(old)
+        if v is not None:
+            self.bind(new, v)
 
     def check_concrete(self, t: Tensor, what: str) -> None:
         if self.is_traced(t):
@@ -195,11 +204,27 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         graph.example_inputs.append(t._data)
         call_args.append(t)
     previous = registry.set_recorder(tracer)
+    code = getattr(fn, "__code__", None)
+    returned_at = []
+
+    def watch_return(frame, event, arg):  # remembers where fn returned, for error messages
+        if event == "return" and frame.f_code is code:
+            returned_at.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+
+    old_profile = sys.getprofile()
+    if code is not None and old_profile is None:
+        sys.setprofile(watch_return)
     try:
         out = fn(*call_args)
     finally:
+        if code is not None and old_profile is None:
+            sys.setprofile(None)
         registry.set_recorder(previous)
-    outs, kind = _flatten_outputs(out)
+    try:
+        outs, kind = _flatten_outputs(out)
+    except TraceError as exc:
+        where = returned_at[-1] if returned_at else getattr(fn, "__qualname__", repr(fn))
+        raise TraceError(f"{exc} (returned at {where})") from None
     graph.output_kind = kind
     graph.outputs = [None if o is None else tracer._as_value(o) for o in outs]
     return graph

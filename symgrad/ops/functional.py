@@ -959,9 +959,8 @@ def index_zero(x: Tensor, idx, keep: bool = False) -> Tensor:
     """``x`` with ``x[idx]`` set to zero (differentiable); ``keep=True`` returns ``x`` unchanged."""
     if keep:
         return x
-    mask = np.ones(tuple(x.shape), dtype=x._data.dtype)
-    mask[idx] = 0
-    return x * Tensor._wrap(mask)
+    # index_put keeps the index symbolic, so a traced (compiled) index stays a graph value
+    return _call("index_put", x, _index_key(idx), 0.0, False)
 
 
 @forward("where.self", dtype_rule="promote")
@@ -1171,6 +1170,8 @@ def _alias_for_inplace(t: Tensor, needs_old_value: bool) -> Tensor:
     old = Tensor._wrap(np.array(t._data, copy=True) if needs_old_value else t._data)
     old._grad_fn, old._output_nr, old._requires_grad = t._grad_fn, t._output_nr, t._requires_grad
     old._accumulate = t._accumulate
+    if registry._recorder is not None:
+        registry._recorder.same_value(old, t)
     return old
 
 
@@ -1179,11 +1180,8 @@ def inplace(t: Tensor, fn, *args, name: str = "inplace") -> Tensor:
     _check_inplace_leaf(t)
     if not STATE.enabled or not (t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad
                                                          for a in args)):
-        from ..autograd.grad_mode import no_grad
-
-        with no_grad():
-            result = fn(t, *args)
-        return _write_inplace(t, result, name)
+        # nothing to record: the op runs on t itself (no copy of the old value is needed)
+        return _write_inplace(t, fn(_alias_for_inplace(t, False), *args), name)
     result = fn(_alias_for_inplace(t, True), *args)
     return _write_inplace(t, result, name)
 

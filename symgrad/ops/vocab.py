@@ -22,8 +22,8 @@ ELEMENTWISE = ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan"
                "sign", "erf", "log1p", "expm1", "log2", "exp2", "maximum", "minimum", "sigmoid")
 PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "logical_not")
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
-           "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward", "amax_backward", "var_backward", "cat_backward",
-           "inverse_permutation")
+           "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
+           "amax_backward", "var_backward", "cat_backward", "inverse_permutation")
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
 TENSOR_ALIASES = {"slice": "slice_op", "outer": "_outer_op"}
 FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
@@ -180,7 +180,8 @@ NUMPY_FUNCTIONS = {
     "index_zero": _np_index_zero, "unbind_backward": _np_unbind_backward,
     "prod_backward": _np_prod_backward, "prod_backward_all": _np_prod_backward_all,
     "amax_backward_all": lambda grad, self, result: _np_amax_backward(grad, self, result, None, False),
-    "sum": lambda x, dim, keepdim=False: np.sum(x, axis=normalize_dims(dim, np.ndim(x)), keepdims=keepdim), "index_reduction_backward": _np_index_reduction_backward,
+    "sum": lambda x, dim, keepdim=False: np.sum(x, axis=normalize_dims(dim, np.ndim(x)), keepdims=keepdim),
+    "index_reduction_backward": _np_index_reduction_backward,
     "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
     "inverse_permutation": inverse_permutation,
 }
