@@ -19,6 +19,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._format import format_tensor
+from .autograd import engine as _engine
 from .autograd import node as _node_module
 from .autograd.grad_mode import STATE
 from .autograd.node import AccumulateGrad
@@ -268,9 +269,13 @@ class Tensor:
         >>> (x * x).backward(); x.grad                               # doctest: +SKIP
         tensor([6.])
         """
-        from .autograd.engine import backward
-
-        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)
+        if gradient is None and inputs is None and self._grad_fn is not None and self._data.size == 1:
+            # the common `loss.backward()`: skip the general argument handling
+            _engine._execute([(self._grad_fn, self._output_nr)],
+                             [Tensor._wrap(np.ones_like(self._data)) if create_graph else np.ones_like(self._data)],
+                             create_graph if retain_graph is None else retain_graph, create_graph)
+            return
+        _engine.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)
 
     # --- conversion -------------------------------------------------------------------------
     def numpy(self, force: bool = False) -> np.ndarray:

@@ -288,7 +288,6 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     check_nan = anomaly.is_anomaly_check_nan_enabled()
     slow = anomaly.STATE.enabled
     ndarray = np.ndarray
-    old_err = np.seterr(all="ignore")  # numpy would warn where PyTorch silently produces inf/nan
     try:
         plain = capture is None and allowed_leaves is None and not slow and not create_graph
         for node in order:
@@ -404,7 +403,6 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                             owned[id(total)] = total
     finally:
         STATE.enabled = prev_mode
-        np.seterr(**old_err)
     return captured
 
 

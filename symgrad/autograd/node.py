@@ -334,8 +334,12 @@ class FusedBackward:
                  "        return tensor_version_(node_, grads, True)",
                  "    if node_._released and node_._has_saved:",
                  "        raise RuntimeError(ERR_BACKWARD_TWICE)",
-                 "    if node_._versions is not None:",
-                 "        check_versions(node_)",
+                 "    versions_ = node_._versions",
+                 "    if versions_ is not None:",
+                 "        for name_, version_ in versions_:",
+                 "            counter_ = node_._saved[name_]._vc",
+                 "            if counter_ is not None and counter_.value != version_:",
+                 "                check_versions(node_)",
                  "    saved_ = node_._saved",
                  "    grad = grads[0]"]
         for p in used:

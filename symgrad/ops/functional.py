@@ -41,6 +41,28 @@ _apply_simple = registry._apply_simple
 _fast: dict = {}  # op key -> generated fast call (registry.fast_call), for ops on the simple path
 
 
+class _OpCell:
+    """Holds the function that runs one op; the first call swaps in the generated fast call.
+
+    The hottest public functions call ``CELL.fn(...)`` directly, one attribute load instead of
+    a dictionary lookup and an extra Python frame per op.
+    """
+
+    __slots__ = ("key", "fn")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.fn = self._first
+
+    def _first(self, *args):
+        op = get(self.key)
+        self.fn = registry.fast_call(op) if op.simple else (lambda *a: apply(op, a))
+        return self.fn(*args)
+
+
+_ADD, _SUB, _MUL, _DIV = (_OpCell(k) for k in ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"))
+
+
 def _call(key: str, *args):
     fn = _fast.get(key)
     if fn is not None:
@@ -76,7 +98,7 @@ def _operand(x):
 def add(input, other) -> Tensor:
     """``input + other`` with broadcasting (AddBackward0)."""
     if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:  # the common case, kept short
-        return _call("add.Tensor", input, other)
+        return _ADD.fn(input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         a, b = b, a  # 3 + x records like x + 3, as in PyTorch
@@ -86,7 +108,7 @@ def add(input, other) -> Tensor:
 def sub(input, other) -> Tensor:
     """``input - other`` (SubBackward0; ``3 - x`` is RsubBackward1)."""
     if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:
-        return _call("sub.Tensor", input, other)
+        return _SUB.fn(input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         return _call("rsub.Scalar", b, a)
@@ -104,7 +126,7 @@ def rsub(input, other) -> Tensor:
 def mul(input, other) -> Tensor:
     """``input * other`` with broadcasting (MulBackward0)."""
     if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:  # the common case, kept short
-        return _call("mul.Tensor", input, other)
+        return _MUL.fn(input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         a, b = b, a
@@ -114,7 +136,7 @@ def mul(input, other) -> Tensor:
 def div(input, other) -> Tensor:
     """True division (DivBackward0); ``1 / x`` is ``reciprocal(x) * 1`` as in PyTorch."""
     if input.__class__ is Tensor and other.__class__ in _FAST_OPERANDS:
-        return _call("div.Tensor", input, other)
+        return _DIV.fn(input, other)
     a, b = _operand(input), _operand(other)
     if not isinstance(a, Tensor):
         return mul(reciprocal(b), a)
@@ -152,8 +174,10 @@ def square(input) -> Tensor:
 
 
 def _unary(name: str):
+    cell = _OpCell(name)
+
     def fn(input) -> Tensor:
-        return _call(name, input if input.__class__ is Tensor else _operand(input))
+        return cell.fn(input if input.__class__ is Tensor else _operand(input))
 
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}`` (rule: derivatives.yaml entry ``{name}``)."
