@@ -14,7 +14,7 @@ does not (NEP 50).
 >>> import sympy
 >>> x, g = sympy.symbols("self grad")
 >>> FormulaPrinter().doprint(g * sympy.cos(x) / 2)
-'0.5*grad*cos(self)'
+'(0.5)*grad*cos(self)'
 """
 
 from __future__ import annotations

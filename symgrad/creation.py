@@ -37,7 +37,7 @@ def _size(size) -> tuple[int, ...]:
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new leaf tensor holding a copy of ``data`` (Python floats become float32, ints int64).
 
-    >>> symgrad.tensor([2.0], requires_grad=True)       # doctest: +SKIP
+    >>> symgrad.tensor([2.0], requires_grad=True)
     tensor([2.], requires_grad=True)
     """
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)

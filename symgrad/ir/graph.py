@@ -12,7 +12,7 @@ Besides table ops there are ``constant`` (a numpy array baked at trace time) and
 >>> print(g)                                                   # doctest: +NORMALIZE_WHITESPACE
 graph(x: f64[3]) {
   %mul: f64[3] = mul.Tensor(%x, %x)    # x**2
-  %sum: f64[] = sum(%x2)
+  %sum: f64[] = sum(%mul, None)
   return (%sum,)
 }
 """
