@@ -1,0 +1,97 @@
+"""codegen/partition.py: the forward/backward split of joint graphs (W1–W5 and small programs)."""
+
+import numpy as np
+import pytest
+
+import symgrad
+from codegen.partition import partition, recomputable, value_bytes
+from symgrad.autodiff import autodiff
+from symgrad.ir import interpret, trace
+
+
+def _w1(x):
+    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
+
+
+def _w2(x, w, b):
+    return (symgrad.tanh(x * w + b) ** 2).mean()
+
+
+def _w3(X, W1, b1, W2, b2, Y):
+    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
+
+
+def _w5(L, labels):
+    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
+
+
+def _inputs(seed):
+    r = np.random.default_rng(seed)
+    return {
+        "w1": (_w1, [r.uniform(-2, 2, 50)], None),
+        "w2": (_w2, [r.standard_normal((6, 5)), r.standard_normal(5), r.standard_normal(5)], None),
+        "w3": (_w3, [r.standard_normal(s) for s in [(7, 4), (4, 3), (3,), (3, 1), (1,), (7, 1)]], [1, 2, 3, 4]),
+        "w5": (_w5, [r.standard_normal((6, 5)), r.integers(0, 5, 6)], [0]),
+    }
+
+
+@pytest.fixture(scope="module", params=["w1", "w2", "w3", "w5"])
+def case(request):
+    fn, args, wrt = _inputs(0)[request.param]
+    joint = autodiff(trace(fn, *args), wrt=wrt)
+    return request.param, joint, partition(joint)
+
+
+def test_forward_then_backward_equals_the_joint_graph_on_new_inputs(case):
+    name, joint, p = case
+    _, args, _ = _inputs(1)[name]  # different values, same shapes
+    tangents = [np.ones(v.shape, v.dtype.np) for v in joint.placeholders[joint.n_primals:]]
+    reference = interpret(joint, *args, *tangents)
+    fwd = interpret(p.forward, *args)
+    outputs, saved = fwd[:p.n_forward_outputs], fwd[p.n_forward_outputs:]
+    grads = interpret(p.backward, *saved, *tangents)
+    for got, want in zip(outputs + grads, reference):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+
+
+def test_matmul_reductions_and_indexing_are_never_recomputed(case):
+    _, _, p = case
+    forward_nodes = set(p.forward.nodes)
+    for node in p.backward.nodes:
+        if node in forward_nodes:
+            assert recomputable(node), f"{node.op} was recomputed in the backward"
+
+
+def test_saves_no_more_than_saving_everything_the_backward_reads(case):
+    _, joint, p = case
+    bw_values = {u for n in p.backward.nodes for u in n.inputs} | {v for v in joint.outputs if v is not None}
+    fwd_values = set(joint.placeholders[:joint.n_primals]) | {o for n in p.forward.nodes for o in n.outputs}
+    naive = sum(value_bytes(v) for v in bw_values & fwd_values)
+    assert p.saved_bytes <= naive
+    assert p.saved_bytes == sum(value_bytes(v) for v in p.saved)
+
+
+def test_w1_saves_only_its_input():
+    fn, args, _ = _inputs(0)["w1"]
+    p = partition(autodiff(trace(fn, *args)))
+    assert [v.name for v in p.saved] == ["x"]
+    recomputed_ops = {v.producer.op for v in p.recomputed}
+    assert {"sin", "exp", "tanh", "log1p"} <= recomputed_ops
+    assert "saved (400 bytes)" in p.describe()
+
+
+def test_w3_keeps_matmul_results_instead_of_recomputing_them():
+    fn, args, wrt = _inputs(0)["w3"]
+    p = partition(autodiff(trace(fn, *args), wrt=wrt))
+    saved_ops = {v.producer.op if v.producer else "input" for v in p.saved}
+    assert saved_ops <= {"input", "add.Tensor", "sub.Tensor", "mm", "tanh"}
+    assert not any(n.op == "mm" for n in p.backward.nodes if n in set(p.forward.nodes))
+
+
+def test_a_value_needed_only_as_metadata_is_not_saved():
+    # sum's gradient needs only the input's shape: nothing of x has to be kept
+    p = partition(autodiff(trace(lambda x: x.sum() * 3.0, np.ones(4))))
+    assert p.saved == [] and p.saved_bytes == 0
