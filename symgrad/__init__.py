@@ -59,6 +59,7 @@ int = int32
 _methods.attach()
 
 from . import autodiff  # noqa: E402 - needs the op library attached above
+from .compile import CompiledFunction, compile, grad, value_and_grad  # noqa: E402
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"

@@ -1,0 +1,155 @@
+"""Emit Python source for a Graph: one statement per IR node, with the node as a comment.
+
+This is the numpy emitter: elementwise nodes are printed from their sympy expression by the
+same :class:`~codegen.printers.FormulaPrinter` that prints the rule table's formulas, and
+structural nodes call their op's numpy forward.  The result is readable and is the source
+that actually runs (``symgrad.compile(backend="numpy")``).  Fused Numba loop nests are the
+next emitter (see the README's roadmap); they take the same graphs.
+
+>>> import numpy as np, symgrad
+>>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x).sum(), np.ones(3))
+>>> print(emit_numpy(g, "forward").source)                       # doctest: +NORMALIZE_WHITESPACE
+def forward(x):
+    # %sin: f64[3] = sin(%x)
+    sin_ = sin(x)
+    # %mul: f64[3] = mul.Tensor(%sin, %x)
+    mul = sin_*x
+    # %sum: f64[] = sum(%mul, None)
+    sum_ = asarray(op_sum(mul, None))
+    return (sum_,)
+"""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from symgrad.ir.graph import Graph, IndexRef, Value, _arg_text
+from symgrad.ops import registry, vocab
+
+from .printers import FormulaPrinter
+
+
+@dataclass
+class Emitted:
+    """Generated source plus the names it refers to (constants, op forwards)."""
+
+    name: str
+    source: str
+    namespace: dict = field(default_factory=dict)
+
+    def compile(self):
+        """Exec the source in its namespace and return the function."""
+        glb = dict(self.namespace)
+        exec(compile(self.source, f"<symgrad {self.name}>", "exec"), glb)
+        fn = glb[self.name]
+        fn.__source__ = self.source
+        return fn
+
+
+def _ident(name: str) -> str:
+    """A value's Python name; one that would hide a function the source calls gets a trailing ``_``."""
+    name = name.replace(".", "_")
+    if keyword.iskeyword(name) or name in _SHADOWED or name in vocab.NUMPY_FUNCTIONS:
+        name += "_"
+    return name
+
+
+_SHADOWED = {"sum", "min", "max", "abs", "slice", "index", "where", "exp", "log", "sin", "cos", "tanh", "sqrt",
+             "sign", "erf", "pow", "round", "all", "any", "len", "range", "list", "tuple", "dict", "asarray"}
+
+
+class _Printer(FormulaPrinter):
+    """Prints value symbols by their Python identifiers and functions from the numpy namespace."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self._names = names
+
+    def _print_Symbol(self, expr):
+        return self._names.get(expr.name, expr.name)
+
+
+def emit_numpy(graph: Graph, name: str) -> Emitted:
+    """A Python function ``name(*placeholders)`` returning a tuple of the graph's outputs."""
+    names: dict[str, str] = {}
+    for v in graph.placeholders:
+        names[v.name] = _ident(v.name)
+    for n in graph.nodes:
+        for o in n.outputs:
+            names[o.name] = _ident(o.name)
+    ns: dict = {"asarray": np.asarray}
+    ns.update(vocab.NUMPY_FUNCTIONS)
+    printer = _Printer(names)
+    lines = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
+
+    def const(value, label):
+        key = f"{label}_const{len(ns)}"
+        ns[key] = value
+        return key
+
+    def index_src(part, label):
+        if isinstance(part, Value):
+            return names[part.name]
+        if isinstance(part, tuple):
+            return "(" + ", ".join(index_src(p, label) for p in part) + ("," if len(part) == 1 else "") + ")"
+        if isinstance(part, slice):
+            return f"slice({part.start!r}, {part.stop!r}, {part.step!r})"
+        if part is Ellipsis:
+            return "..."
+        if part is None or isinstance(part, (int, bool)):
+            return repr(part)
+        return const(part, label)
+
+    def ref(a, label):
+        if isinstance(a, Value):
+            return names[a.name]
+        if isinstance(a, list):
+            return "[" + ", ".join(ref(x, label) for x in a) + "]"
+        if isinstance(a, IndexRef):
+            return index_src(a.parts, label)
+        if isinstance(a, tuple) and all(isinstance(x, (int, float, bool, type(None))) for x in a):
+            return repr(a)
+        if isinstance(a, (int, float, bool, str, type(None))):
+            return repr(a)
+        return const(a, label)
+
+    for n in graph.nodes:
+        outs = ", ".join(f"%{o.name}: {o.type_str}" for o in n.outputs)
+        if n.op == "constant":
+            comment = f"{outs} = constant"
+        else:
+            comment = f"{outs} = {n.op}({', '.join(_arg_text(a) for a in n.args)})"
+        lines.append(f"    # {comment}")
+        target = ", ".join(names[o.name] for o in n.outputs) + ("," if len(n.outputs) > 1 else "")
+        label = names[n.outputs[0].name]
+        if n.op == "constant":
+            ns[f"const_{label}"] = n.data
+            lines.append(f"    {target} = const_{label}")
+        elif n.op == "detach":
+            lines.append(f"    {target} = {names[n.args[0].name]}")
+        elif n.expr is not None and not isinstance(n.expr, sympy.logic.boolalg.BooleanAtom):
+            lines.append(f"    {target} = {printer.doprint(n.expr)}")
+            _cast_line(lines, n, names, graph)
+        else:
+            op = registry.get(n.op)
+            key = "op_" + _ident(n.op).rstrip("_")
+            ns[key] = op.forward
+            call = f"{key}({', '.join(ref(a, label) for a in n.args)})"
+            lines.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
+            _cast_line(lines, n, names, graph)
+    rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
+    lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+    return Emitted(name, "\n".join(lines), ns)
+
+
+def _cast_line(lines: list, node, names, graph) -> None:
+    """numpy promotes some mixed dtypes differently from PyTorch: cast where the IR says so."""
+    for o in node.outputs:
+        ins = [v for v in node.inputs if v.dtype.is_floating_point] or node.inputs
+        natural = ins[0].dtype if ins else None
+        if natural is not o.dtype or o.dtype.name not in ("float64", "float32"):
+            lines.append(f"    {names[o.name]} = asarray({names[o.name]}).astype({o.dtype.np.name!r}, copy=False)")

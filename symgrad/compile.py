@@ -1,0 +1,262 @@
+"""``symgrad.compile``: trace once, differentiate symbolically, run generated kernels.
+
+A compiled function traces the user's function on its first call (per guard key), builds the
+joint forward+backward graph from the rule table (:mod:`symgrad.autodiff`), splits it at a
+minimum-bytes cut (:mod:`codegen.partition`) and generates a forward and a backward kernel
+(:mod:`codegen.emit`).  Its outputs carry one ``CompiledFunctionBackward`` node, so compiled
+regions compose with eager code on both sides.
+
+This backend emits numpy statements (one per IR node); the fused Numba backend is the next
+step of the project and plugs in at :func:`_build`.
+
+>>> import numpy as np, symgrad
+>>> @symgrad.compile
+... def loss(x):
+...     return (symgrad.sin(x) * x).sum()
+>>> x = symgrad.tensor([0.5, 1.0], dtype=symgrad.float64, requires_grad=True)
+>>> y = loss(x)
+>>> type(y.grad_fn).__name__
+'CompiledFunctionBackward'
+>>> y.backward(); np.round(x.grad.numpy(), 6)
+array([0.918224, 1.381773])
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from codegen.emit import emit_numpy
+from codegen.partition import Partition, partition
+
+from .autodiff import autodiff
+from .autograd.grad_mode import STATE
+from .autograd.node import ERR_BACKWARD_TWICE, Node
+from .ir.graph import Graph
+from .ir.tracer import trace
+from .tensor import Tensor, _accumulate_node
+
+
+@dataclass
+class Kernels:
+    """Everything built for one guard key: the graphs, the cut, the generated code."""
+
+    graph: Graph
+    joint: Graph | None
+    parts: Partition | None
+    forward: Callable
+    backward: Callable | None
+    forward_source: str
+    backward_source: str
+    wrt: list[int]
+    n_outputs: int
+    output_kind: str
+    diff_outputs: list[int]
+    timings: dict = field(default_factory=dict)
+
+
+class CompiledFunctionBackward(Node):
+    """The single backward node of a compiled call (as in PyTorch's AOTAutograd)."""
+
+    _has_saved = True
+
+    def __init__(self, kernels: Kernels, saved: tuple, n_tensor_inputs: int) -> None:
+        super().__init__()
+        self.kernels = kernels
+        self._saved_values = saved
+        self._n_outputs = kernels.n_outputs
+
+    def release_variables(self) -> None:
+        self._released = True
+        self._saved_values = None
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        if create_graph:
+            raise RuntimeError("double backward through a symgrad.compile'd function is not supported; "
+                               "differentiate the eager function, or compose symgrad.autodiff graphs")
+        if self._saved_values is None:
+            raise RuntimeError(ERR_BACKWARD_TWICE)
+        k = self.kernels
+        tangents = []
+        for i in k.diff_outputs:
+            g = grads[i] if i < len(grads) else None
+            if g is None:
+                v = k.graph.outputs[i]
+                g = np.zeros(v.shape, v.dtype.np)
+            tangents.append(g)
+        raw = k.backward(*self._saved_values, *tangents)
+        by_input = dict(zip(k.wrt, raw))
+        return [by_input.get(i) for i in self._tensor_positions]
+
+
+class CompiledFunction:
+    """A function compiled by :func:`compile`; call it like the original."""
+
+    def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
+                 backend: str = "numpy") -> None:
+        if backend != "numpy":
+            raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numpy')")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend}
+        self._kernels: dict = {}
+        self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
+                       "partition_s": 0.0, "codegen_s": 0.0}
+
+    # --- guards ---------------------------------------------------------------------------
+    @staticmethod
+    def _guard(args: tuple) -> tuple:
+        key = []
+        for a in args:
+            if isinstance(a, Tensor):
+                key.append(("T", a._data.dtype.str, a._data.shape, a.requires_grad))
+            elif isinstance(a, np.ndarray):
+                key.append(("A", a.dtype.str, a.shape))
+            elif isinstance(a, (bool, int, float)):
+                key.append(("N", type(a).__name__, a))  # numbers are baked into the trace
+            else:
+                raise TypeError(f"symgrad.compile: argument of type {type(a).__name__} is not supported; "
+                                "pass Tensors, numpy arrays or Python numbers")
+        return tuple(key)
+
+    def _build(self, args: tuple, wrt: Sequence[int] | None) -> Kernels:
+        t0 = time.perf_counter()
+        graph = trace(self.fn, *args)
+        t1 = time.perf_counter()
+        tensor_args = [a for a in args if isinstance(a, (Tensor, np.ndarray))]
+        if wrt is None:
+            wrt = [i for i, a in enumerate(tensor_args) if isinstance(a, Tensor) and a.requires_grad]
+        n_out = len(graph.outputs)
+        diff = [k for k, v in enumerate(graph.outputs) if v is not None and v.dtype.is_floating_point]
+        timings = {"trace_s": t1 - t0}
+        if wrt:
+            joint = autodiff(graph, wrt)
+            t2 = time.perf_counter()
+            parts = partition(joint)
+            t3 = time.perf_counter()
+            fwd = emit_numpy(parts.forward, "forward")
+            bwd = emit_numpy(parts.backward, "backward")
+            kernels = Kernels(graph, joint, parts, fwd.compile(), bwd.compile(), fwd.source, bwd.source, list(wrt),
+                              n_out, graph.output_kind, joint.diff_outputs)
+            timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
+        else:
+            fwd = emit_numpy(graph, "forward")
+            t2 = time.perf_counter()
+            kernels = Kernels(graph, None, None, fwd.compile(), None, fwd.source, "", [], n_out,
+                              graph.output_kind, diff)
+            timings.update(codegen_s=time.perf_counter() - t2)
+        kernels.timings = timings
+        self._stats["traces"] += 1
+        for k, v in timings.items():
+            self._stats[k] += v
+        return kernels
+
+    def kernels_for(self, *args, wrt: Sequence[int] | None = None) -> Kernels:
+        """The kernels for these arguments (building them on a guard miss)."""
+        key = (self._guard(args), None if wrt is None else tuple(wrt))
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = self._build(args, wrt)
+        else:
+            self._stats["cache_hits"] += 1
+        return k
+
+    # --- calling ---------------------------------------------------------------------------
+    def __call__(self, *args):
+        self._stats["calls"] += 1
+        record = STATE.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        k = self.kernels_for(*args, wrt=None if record else ())
+        tensors = [a for a in args if isinstance(a, (Tensor, np.ndarray))]
+        arrays = [a._data if isinstance(a, Tensor) else a for a in tensors]
+        result = k.forward(*arrays)
+        outputs, saved = result[:k.n_outputs], result[k.n_outputs:]
+        wrapped = [None if o is None else Tensor._wrap(np.asarray(o)) for o in outputs]
+        if record and k.backward is not None:
+            node = CompiledFunctionBackward(k, tuple(saved), len(tensors))
+            edges, metas = [], []
+            for a in tensors:
+                if isinstance(a, Tensor) and a._grad_fn is not None:
+                    edges.append((a._grad_fn, a._output_nr))
+                elif isinstance(a, Tensor) and a._requires_grad:
+                    edges.append((_accumulate_node(a), 0))
+                else:
+                    edges.append((None, 0))
+                metas.append((a.shape if isinstance(a, np.ndarray) else a._data.shape,
+                              (a if isinstance(a, np.ndarray) else a._data).dtype))
+            node._next, node._meta = tuple(edges), tuple(metas)
+            node._tensor_positions = list(range(len(tensors)))
+            for i in k.diff_outputs:
+                if wrapped[i] is not None:
+                    wrapped[i]._grad_fn, wrapped[i]._output_nr = node, i
+        if k.output_kind == "single":
+            return wrapped[0]
+        return tuple(wrapped)
+
+    def stats(self) -> dict:
+        """Calls, traces (= compiles), cache hits and seconds spent per stage."""
+        return dict(self._stats)
+
+    def inspect(self, *args) -> Kernels:
+        """The IR, joint graph, partition and generated source for these arguments."""
+        return self.kernels_for(*args)
+
+
+def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
+            backend: str = "numpy"):
+    """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
+
+    ``parallel``, ``fastmath`` and ``cache`` are accepted for the Numba backend and recorded in
+    ``options``; the numpy backend ignores them.
+    """
+    if fn is None:
+        return lambda f: CompiledFunction(f, parallel=parallel, fastmath=fastmath, cache=cache, backend=backend)
+    return CompiledFunction(fn, parallel=parallel, fastmath=fastmath, cache=cache, backend=backend)
+
+
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
+    """``f(*arrays) -> (value, grad)`` with numpy arrays in and out (for scipy.optimize, ``jac=True``).
+
+    ``fn`` must return a scalar.  With a tuple ``argnums`` the gradient is a tuple.
+
+    >>> vg = symgrad.value_and_grad(lambda x: (x ** 2).sum())
+    >>> vg(np.array([1.0, 2.0]))
+    (5.0, array([2., 4.]))
+    """
+    compiled = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn)
+    many = not isinstance(argnums, int)
+    nums = list(argnums) if many else [argnums]
+
+    def run(*args):
+        arrays = tuple(np.asarray(a, dtype=np.float64) if isinstance(a, (list, float, int)) and i in nums
+                       else a for i, a in enumerate(args))
+        positions = [i for i, a in enumerate(arrays) if isinstance(a, (Tensor, np.ndarray))]
+        wrt = [positions.index(i) for i in nums]
+        k = compiled.kernels_for(*arrays, wrt=wrt)
+        compiled._stats["calls"] += 1
+        data = [a._data if isinstance(a, Tensor) else a for a in arrays if isinstance(a, (Tensor, np.ndarray))]
+        out = k.forward(*data)
+        value = out[0]
+        if np.ndim(value) != 0:
+            raise ValueError(f"value_and_grad: the function must return a scalar, got shape {np.shape(value)}")
+        tangents = [np.ones((), np.asarray(value).dtype)]
+        grads = k.backward(*out[k.n_outputs:], *tangents)
+        grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
+        return float(value), (tuple(grads) if many else grads[0])
+
+    run.compiled = compiled
+    functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
+    return run
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0):
+    """``f(*arrays) -> grad``: the gradient part of :func:`value_and_grad`."""
+    vg = value_and_grad(fn, argnums)
+
+    def run(*args):
+        return vg(*args)[1]
+
+    return run

@@ -1,0 +1,195 @@
+"""symgrad/compile.py: @compile, CompiledFunctionBackward, value_and_grad (numpy backend)."""
+
+import numpy as np
+import pytest
+
+import symgrad
+from symgrad.ir import interpret
+
+
+def w1(x):
+    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
+
+
+def w2(x, w, b):
+    return (symgrad.tanh(x * w + b) ** 2).mean()
+
+
+def w3(X, W1, b1, W2, b2, Y):
+    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
+
+
+def w5(L, labels):
+    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
+
+
+def _args(name, seed):
+    r = np.random.default_rng(seed)
+    return {
+        "w1": [r.uniform(-2, 2, 40)],
+        "w2": [r.standard_normal((6, 5)), r.standard_normal(5), r.standard_normal(5)],
+        "w3": [r.standard_normal(s) for s in [(7, 4), (4, 3), (3,), (3, 1), (1,), (7, 1)]],
+        "w5": [r.standard_normal((6, 5)), r.integers(0, 5, 6)],
+    }[name]
+
+
+FUNCS = {"w1": w1, "w2": w2, "w3": w3, "w5": w5}
+
+
+def _leaves(arrays):
+    return [symgrad.tensor(a, dtype=symgrad.float64, requires_grad=True) if a.dtype.kind == "f"
+            else symgrad.tensor(a) for a in arrays]
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_compiled_equals_eager_and_interpreter(name):
+    fn = FUNCS[name]
+    compiled = symgrad.compile(fn)
+    for seed in (0, 1):  # the second call reuses the kernels on new values
+        arrays = _args(name, seed)
+        eager_in, comp_in = _leaves(arrays), _leaves(arrays)
+        fn(*eager_in).backward()
+        out = compiled(*comp_in)
+        out.backward()
+        np.testing.assert_allclose(out.item(), fn(*_leaves(arrays)).item(), rtol=1e-12)
+        for e, c in zip(eager_in, comp_in):
+            if e.requires_grad:
+                np.testing.assert_allclose(c.grad.numpy(), e.grad.numpy(), rtol=1e-10, atol=1e-14)
+        k = compiled.kernels_for(*comp_in)
+        np.testing.assert_allclose(interpret(k.graph, *arrays)[0], out.item(), rtol=1e-12)
+    assert compiled.stats()["traces"] == 1
+
+
+def test_grad_fn_is_one_compiled_node_pointing_at_the_inputs():
+    f = symgrad.compile(w2)
+    x, w = _leaves(_args("w2", 0)[:2])
+    b = symgrad.tensor(_args("w2", 0)[2])  # needs no grad: (None, 0)
+    y = f(x, w, b)
+    assert type(y.grad_fn).__name__ == "CompiledFunctionBackward"
+    nxt = y.grad_fn.next_functions
+    assert [type(n).__name__ if n else None for n, _ in nxt] == ["AccumulateGrad", "AccumulateGrad", None]
+    assert nxt[0][0].variable is x
+    y.backward()
+    assert b.grad is None and x.grad is not None
+
+
+def test_composes_with_eager_ops_on_both_sides():
+    f = symgrad.compile(w1)
+    a = symgrad.tensor([0.3, -0.7, 1.1], dtype=symgrad.float64, requires_grad=True)
+    loss = f(a * 2 + 1) ** 2          # eager before (non-leaf input) and after
+    loss.backward()
+    b = symgrad.tensor([0.3, -0.7, 1.1], dtype=symgrad.float64, requires_grad=True)
+    (w1(b * 2 + 1) ** 2).backward()
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
+
+
+def test_retain_graph_and_second_backward_error():
+    f = symgrad.compile(w1)
+    x = _leaves(_args("w1", 0))[0]
+    y = f(x)
+    y.backward(retain_graph=True)
+    first = x.grad.numpy().copy()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first)
+    with pytest.raises(RuntimeError, match="second time"):
+        y.backward()
+
+
+def test_hooks_on_inputs_and_outputs():
+    f = symgrad.compile(w1)
+    x = _leaves(_args("w1", 0))[0]
+    seen = []
+    x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    y = f(x)
+    y.register_hook(lambda g: g * 10)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), seen[0])
+    ref = _leaves(_args("w1", 0))[0]
+    w1(ref).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 10 * ref.grad.numpy(), rtol=1e-12)
+
+
+def test_guards_retrace_on_dtype_and_requires_grad_but_not_on_values():
+    f = symgrad.compile(w1)
+    f(symgrad.tensor(np.ones(5), dtype=symgrad.float64, requires_grad=True))
+    f(symgrad.tensor(np.zeros(5), dtype=symgrad.float64, requires_grad=True))
+    assert f.stats()["traces"] == 1
+    f(symgrad.tensor(np.ones(5), dtype=symgrad.float32, requires_grad=True))
+    assert f.stats()["traces"] == 2
+    out = f(symgrad.tensor(np.ones(5), dtype=symgrad.float64))   # no grad wanted: forward-only kernel
+    assert out.grad_fn is None and f.stats()["traces"] == 3
+    with symgrad.no_grad():
+        assert f(symgrad.tensor(np.ones(5), dtype=symgrad.float64, requires_grad=True)).grad_fn is None
+
+
+def test_float32_stays_float32():
+    f = symgrad.compile(w2)
+    args = [symgrad.tensor(a, dtype=symgrad.float32, requires_grad=True) for a in _args("w2", 0)]
+    y = f(*args)
+    y.backward()
+    assert y.dtype is symgrad.float32 and all(a.grad.dtype is symgrad.float32 for a in args)
+
+
+def test_double_backward_is_refused_clearly():
+    f = symgrad.compile(w1)
+    x = _leaves(_args("w1", 0))[0]
+    with pytest.raises(RuntimeError, match="double backward"):
+        symgrad.autograd.grad(f(x), x, create_graph=True)
+
+
+def test_generated_source_is_readable_and_is_what_runs():
+    f = symgrad.compile(w1)
+    x = _leaves(_args("w1", 0))[0]
+    k = f.inspect(x)
+    assert "# %sin: f64[40] = sin(%x)" in k.forward_source
+    assert "def backward(" in k.backward_source
+    assert k.forward.__source__ == k.forward_source
+    assert [v.name for v in k.parts.saved] == ["x"]
+
+
+def test_value_and_grad_for_scipy_minimize():
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+
+    def rosenbrock(x):
+        return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+    vg = symgrad.value_and_grad(rosenbrock)
+    value, g = vg(np.array([0.5, -0.2, 1.3]))
+    assert isinstance(value, float) and g.shape == (3,)
+    result = scipy_optimize.minimize(vg, np.zeros(6), jac=True, method="L-BFGS-B")
+    assert result.success
+    np.testing.assert_allclose(result.x, np.ones(6), atol=1e-4)
+    # one trace per input shape (3 then 6): this backend's kernels are specialised to shapes
+    assert vg.compiled.stats()["traces"] == 2
+
+
+def test_value_and_grad_argnums_and_grad():
+    vg = symgrad.value_and_grad(w2, argnums=(1, 2))
+    args = _args("w2", 0)
+    value, (gw, gb) = vg(*args)
+    leaves = _leaves(args)
+    w2(*leaves).backward()
+    np.testing.assert_allclose(gw, leaves[1].grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gb, leaves[2].grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(symgrad.grad(w2, argnums=1)(*args), gw)
+
+
+def test_value_and_grad_needs_a_scalar():
+    with pytest.raises(ValueError, match="scalar"):
+        symgrad.value_and_grad(lambda x: x * 2)(np.ones(3))
+
+
+def test_unsupported_argument_type():
+    with pytest.raises(TypeError, match="dict"):
+        symgrad.compile(lambda d: d)({"a": 1})
+
+
+def test_data_dependent_control_flow_names_the_line():
+    @symgrad.compile
+    def f(x):
+        if x.sum() > 0:  # the offending line
+            return x * 2
+        return x
+
+    with pytest.raises(symgrad.TraceError, match="test_compile.py"):
+        f(symgrad.tensor([1.0, 2.0], requires_grad=True))
