@@ -18,7 +18,7 @@ step of the project and plugs in at :func:`_build`.
 >>> type(y.grad_fn).__name__
 'CompiledFunctionBackward'
 >>> y.backward(); np.round(x.grad.numpy(), 6)
-array([0.918224, 1.381773])
+array([0.918217, 1.381773])
 """
 
 from __future__ import annotations
