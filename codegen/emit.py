@@ -86,36 +86,8 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
     printer = _Printer(names)
     lines = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
 
-    def const(value, label):
-        key = f"{label}_const{len(ns)}"
-        ns[key] = value
-        return key
-
-    def index_src(part, label):
-        if isinstance(part, Value):
-            return names[part.name]
-        if isinstance(part, tuple):
-            return "(" + ", ".join(index_src(p, label) for p in part) + ("," if len(part) == 1 else "") + ")"
-        if isinstance(part, slice):
-            return f"slice({part.start!r}, {part.stop!r}, {part.step!r})"
-        if part is Ellipsis:
-            return "..."
-        if part is None or isinstance(part, (int, bool)):
-            return repr(part)
-        return const(part, label)
-
     def ref(a, label):
-        if isinstance(a, Value):
-            return names[a.name]
-        if isinstance(a, list):
-            return "[" + ", ".join(ref(x, label) for x in a) + "]"
-        if isinstance(a, IndexRef):
-            return index_src(a.parts, label)
-        if isinstance(a, tuple) and all(isinstance(x, (int, float, bool, type(None))) for x in a):
-            return repr(a)
-        if isinstance(a, (int, float, bool, str, type(None))):
-            return repr(a)
-        return const(a, label)
+        return arg_source(a, label, names, ns)
 
     for n in graph.nodes:
         outs = ", ".join(f"%{o.name}: {o.type_str}" for o in n.outputs)
@@ -144,6 +116,40 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return Emitted(name, "\n".join(lines), ns)
+
+
+def arg_source(a, label: str, names: dict, ns: dict) -> str:
+    """Python source for one op argument: a value's name, a literal, or a namespace constant."""
+
+    def const(value):
+        key = f"{label}_const{len(ns)}"
+        ns[key] = value
+        return key
+
+    def index_src(part):
+        if isinstance(part, Value):
+            return names[part.name]
+        if isinstance(part, tuple):
+            return "(" + ", ".join(index_src(p) for p in part) + ("," if len(part) == 1 else "") + ")"
+        if isinstance(part, slice):
+            return f"slice({part.start!r}, {part.stop!r}, {part.step!r})"
+        if part is Ellipsis:
+            return "..."
+        if part is None or isinstance(part, (int, bool)):
+            return repr(part)
+        return const(part)
+
+    if isinstance(a, Value):
+        return names[a.name]
+    if isinstance(a, list):
+        return "[" + ", ".join(arg_source(x, label, names, ns) for x in a) + "]"
+    if isinstance(a, IndexRef):
+        return index_src(a.parts)
+    if isinstance(a, tuple) and all(isinstance(x, (int, float, bool, type(None))) for x in a):
+        return repr(a)
+    if isinstance(a, (int, float, bool, str, type(None))):
+        return repr(a)
+    return const(a)
 
 
 def _cast_line(lines: list, node, names, graph) -> None:

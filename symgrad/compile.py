@@ -40,6 +40,22 @@ from .ir.graph import Graph
 from .ir.tracer import trace
 from .tensor import Tensor, _accumulate_node
 
+try:
+    import numba  # noqa: F401 - the fused backend's compiler
+    DEFAULT_BACKEND = "numba"
+except ImportError:  # pragma: no cover - numba is a dependency; kept working without it
+    DEFAULT_BACKEND = "numpy"
+
+
+def _emit(graph: Graph, name: str, backend: str):
+    if backend == "numba":
+        from codegen.numba_emit import emit_numba
+
+        e = emit_numba(graph, name)
+        return e.compile(), e.full_source
+    e = emit_numpy(graph, name)
+    return e.compile(), e.source
+
 
 @dataclass
 class Kernels:
@@ -57,6 +73,8 @@ class Kernels:
     output_kind: str
     diff_outputs: list[int]
     timings: dict = field(default_factory=dict)
+    joint_fn: Callable | None = None     # forward and backward in one kernel (value_and_grad)
+    joint_source: str = ""
 
 
 class CompiledFunctionBackward(Node):
@@ -97,9 +115,10 @@ class CompiledFunction:
     """A function compiled by :func:`compile`; call it like the original."""
 
     def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-                 backend: str = "numpy") -> None:
-        if backend != "numpy":
-            raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numpy')")
+                 backend: str | None = None) -> None:
+        backend = backend or DEFAULT_BACKEND
+        if backend not in ("numpy", "numba"):
+            raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numba', 'numpy')")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend}
@@ -123,7 +142,7 @@ class CompiledFunction:
                                 "pass Tensors, numpy arrays or Python numbers")
         return tuple(key)
 
-    def _build(self, args: tuple, wrt: Sequence[int] | None) -> Kernels:
+    def _build(self, args: tuple, wrt: Sequence[int] | None, joint_kernel: bool = False) -> Kernels:
         t0 = time.perf_counter()
         graph = trace(self.fn, *args)
         t1 = time.perf_counter()
@@ -138,16 +157,21 @@ class CompiledFunction:
             t2 = time.perf_counter()
             parts = partition(joint)
             t3 = time.perf_counter()
-            fwd = emit_numpy(parts.forward, "forward")
-            bwd = emit_numpy(parts.backward, "backward")
-            kernels = Kernels(graph, joint, parts, fwd.compile(), bwd.compile(), fwd.source, bwd.source, list(wrt),
-                              n_out, graph.output_kind, joint.diff_outputs)
+            backend = self.options["backend"]
+            if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
+                joint_fn, joint_src = _emit(joint, "joint", backend)
+                kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
+                                  joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
+            else:
+                fwd_fn, fwd_src = _emit(parts.forward, "forward", backend)
+                bwd_fn, bwd_src = _emit(parts.backward, "backward", backend)
+                kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
+                                  graph.output_kind, joint.diff_outputs)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         else:
-            fwd = emit_numpy(graph, "forward")
             t2 = time.perf_counter()
-            kernels = Kernels(graph, None, None, fwd.compile(), None, fwd.source, "", [], n_out,
-                              graph.output_kind, diff)
+            fwd_fn, fwd_src = _emit(graph, "forward", self.options["backend"])
+            kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         kernels.timings = timings
         self._stats["traces"] += 1
@@ -155,12 +179,12 @@ class CompiledFunction:
             self._stats[k] += v
         return kernels
 
-    def kernels_for(self, *args, wrt: Sequence[int] | None = None) -> Kernels:
+    def kernels_for(self, *args, wrt: Sequence[int] | None = None, joint_kernel: bool = False) -> Kernels:
         """The kernels for these arguments (building them on a guard miss)."""
-        key = (self._guard(args), None if wrt is None else tuple(wrt))
+        key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = self._build(args, wrt)
+            k = self._kernels[key] = self._build(args, wrt, joint_kernel)
         else:
             self._stats["cache_hits"] += 1
         return k
@@ -206,11 +230,13 @@ class CompiledFunction:
 
 
 def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-            backend: str = "numpy"):
+            backend: str | None = None):
     """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
 
-    ``parallel``, ``fastmath`` and ``cache`` are accepted for the Numba backend and recorded in
-    ``options``; the numpy backend ignores them.
+    ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the full
+    reductions they feed into loop kernels; ``backend="numpy"`` emits one numpy statement per node.
+    ``parallel``, ``fastmath`` and ``cache`` are recorded in ``options``; the kernels are compiled
+    serially, without fastmath, and held in memory (a persistent cache is the next step).
     """
     if fn is None:
         return lambda f: CompiledFunction(f, parallel=parallel, fastmath=fastmath, cache=cache, backend=backend)
@@ -235,15 +261,15 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
                        else a for i, a in enumerate(args))
         positions = [i for i, a in enumerate(arrays) if isinstance(a, (Tensor, np.ndarray))]
         wrt = [positions.index(i) for i in nums]
-        k = compiled.kernels_for(*arrays, wrt=wrt)
+        k = compiled.kernels_for(*arrays, wrt=wrt, joint_kernel=True)
         compiled._stats["calls"] += 1
         data = [a._data if isinstance(a, Tensor) else a for a in arrays if isinstance(a, (Tensor, np.ndarray))]
-        out = k.forward(*data)
-        value = out[0]
-        if np.ndim(value) != 0:
-            raise ValueError(f"value_and_grad: the function must return a scalar, got shape {np.shape(value)}")
-        tangents = [np.ones((), np.asarray(value).dtype)]
-        grads = k.backward(*out[k.n_outputs:], *tangents)
+        out_value = k.graph.outputs[0]
+        if out_value is None or out_value.shape != ():
+            shape = None if out_value is None else out_value.shape
+            raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
+        result = k.joint_fn(*data, np.ones((), out_value.dtype.np))
+        value, grads = result[0], list(result[k.n_outputs:])
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])
 

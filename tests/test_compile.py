@@ -41,10 +41,11 @@ def _leaves(arrays):
             else symgrad.tensor(a) for a in arrays]
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("name", sorted(FUNCS))
-def test_compiled_equals_eager_and_interpreter(name):
+def test_compiled_equals_eager_and_interpreter(name, backend):
     fn = FUNCS[name]
-    compiled = symgrad.compile(fn)
+    compiled = symgrad.compile(fn, backend=backend)
     for seed in (0, 1):  # the second call reuses the kernels on new values
         arrays = _args(name, seed)
         eager_in, comp_in = _leaves(arrays), _leaves(arrays)
@@ -193,3 +194,36 @@ def test_data_dependent_control_flow_names_the_line():
 
     with pytest.raises(symgrad.TraceError, match="test_compile.py"):
         f(symgrad.tensor([1.0, 2.0], requires_grad=True))
+
+
+UNARY = ["exp", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "log1p", "expm1", "sinh", "cosh", "atan", "erf",
+         "square", "neg", "reciprocal", "rsqrt", "sqrt", "log", "log2", "exp2", "sign", "tan"]
+
+
+@pytest.mark.parametrize("dtype", [symgrad.float64, symgrad.float32])
+def test_every_elementwise_op_in_one_fused_kernel(dtype):
+    """One numba compile for all elementwise rules: fused loop == eager, values and gradients."""
+    def f(x, y):
+        total = 0.0
+        for name in UNARY:
+            total = total + getattr(symgrad, name)(x * 0.5 + 1.5).sum()
+        total = total + (symgrad.maximum(x, y) + symgrad.minimum(x, y) + x.clamp(0.2, 0.8) + x ** y
+                         + symgrad.where(x > y, x, y) + x / y - y).sum()
+        return total
+
+    r = np.random.default_rng(3)
+    xs, ys = r.uniform(0.1, 0.9, (3, 4)), r.uniform(0.1, 0.9, (4,))
+    tol = 1e-10 if dtype is symgrad.float64 else 1e-4
+    compiled = symgrad.compile(f, backend="numba")
+    a, b = (symgrad.tensor(v, dtype=dtype, requires_grad=True) for v in (xs, ys))
+    c, d = (symgrad.tensor(v, dtype=dtype, requires_grad=True) for v in (xs, ys))
+    out = compiled(a, b)
+    out.backward()
+    ref = f(c, d)
+    ref.backward()
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=tol)
+    np.testing.assert_allclose(a.grad.numpy(), c.grad.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(b.grad.numpy(), d.grad.numpy(), rtol=tol, atol=tol)
+    assert a.grad.dtype is dtype
+    k = compiled.kernels_for(a, b)
+    assert "fused loop 0" in k.forward_source and "@njit" in k.forward_source

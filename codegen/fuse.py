@@ -1,0 +1,106 @@
+"""Fusion groups: elementwise nodes of one output shape, plus the full reductions they feed.
+
+A group becomes one loop nest (see :mod:`codegen.numba_emit`): every elementwise node is a
+scalar statement in the loop body, inputs of smaller shape are read with broadcast indexing,
+and a ``sum``/``mean`` over the whole group value becomes an accumulator, so the group's
+intermediate arrays are never written to memory.
+
+>>> import numpy as np, symgrad
+>>> g = symgrad.trace(lambda x: (symgrad.sin(x) * symgrad.exp(-x * x)).sum(), np.ones(8))
+>>> [len(grp.nodes) for grp in fusion_groups(g)], [grp.reductions[0].op for grp in fusion_groups(g)]
+([5], ['sum'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from symgrad.ir.graph import Graph, Node, Value
+
+FUSABLE_REDUCTIONS = {"sum", "mean"}
+
+
+@dataclass
+class Group:
+    """One future loop nest."""
+
+    shape: tuple[int, ...]
+    nodes: list[Node] = field(default_factory=list)        # elementwise, in graph order
+    reductions: list[Node] = field(default_factory=list)   # full sum/mean of a group value
+    inputs: list[Value] = field(default_factory=list)      # values read from outside the group
+    outputs: list[Value] = field(default_factory=list)     # group values used outside (written to arrays)
+    start: int = 0                                          # graph position where the loop runs
+
+
+def _fusable(node: Node) -> bool:
+    if node.expr is None or len(node.outputs) != 1:
+        return False
+    # bool-valued comparisons are fine as loop temporaries; only floating outputs are kept simple
+    return True
+
+
+def fusion_groups(graph: Graph) -> list[Group]:
+    """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
+
+    A node joins the group of a same-shape producer only if everything else it reads is ready
+    before that group starts: the group then runs at its first node's position, all at once.
+    """
+    groups: list[Group] = []
+    member: dict[Node, Group] = {}
+    ready_at: dict[Value, int] = {}   # position after which a value exists
+    start: dict[int, int] = {}        # id(group) -> position of its first node
+    for pos, node in enumerate(graph.nodes):
+        chosen = None
+        if _fusable(node):
+            shape = tuple(node.output.shape)
+            for v in node.inputs:
+                p = v.producer
+                grp = member.get(p) if p is not None else None
+                if grp is None or grp.shape != shape:
+                    continue
+                s0 = start[id(grp)]
+                if all(member.get(u.producer) is grp or ready_at.get(u, -1) < s0 for u in node.inputs):
+                    chosen = grp
+                    break
+            if chosen is None:  # no producer's group: any same-shape group whose start already has our inputs
+                for grp in reversed(groups):
+                    if grp.shape == shape and all(member.get(u.producer) is grp or
+                                                  ready_at.get(u, -1) < start[id(grp)] for u in node.inputs):
+                        chosen = grp
+                        break
+            if chosen is None:
+                chosen = Group(shape)
+                groups.append(chosen)
+                start[id(chosen)] = pos
+            chosen.nodes.append(node)
+            member[node] = chosen
+        for o in node.outputs:
+            if chosen is not None:
+                ready_at[o] = start[id(chosen)]
+            elif node.op == "expand" and isinstance(node.args[0], Value):
+                # loops read an expand's source with broadcast indexing: ready when the source is
+                ready_at[o] = ready_at.get(node.args[0], -1)
+            else:
+                ready_at[o] = pos
+
+    users = graph.users()
+    graph_outputs = {v for v in graph.outputs if v is not None}
+    for grp in groups:
+        grp.start = start[id(grp)]
+        inside = {n.output for n in grp.nodes}
+        for n in grp.nodes:
+            for v in n.inputs:
+                if v not in inside and v not in grp.inputs:
+                    grp.inputs.append(v)
+        # full reductions of a group value, with no other reader of the reduced value needed in the loop
+        for v in list(inside):
+            for u in users.get(v, []):
+                if u.op in FUSABLE_REDUCTIONS and u not in grp.reductions and u.args[0] is v:
+                    grp.reductions.append(u)
+        reduced = {r.args[0] for r in grp.reductions}
+        for n in grp.nodes:
+            v = n.output
+            outside = [u for u in users.get(v, []) if u not in grp.nodes and u not in grp.reductions]
+            if v in graph_outputs or outside or (v not in reduced and not users.get(v)):
+                grp.outputs.append(v)
+    return groups
