@@ -3,23 +3,25 @@
 The forward computes the outputs plus the values the backward needs ("saved"); the backward
 takes the saved values and the tangents and returns the gradients.  Which values to save is a
 minimum cut, in the spirit of AOTAutograd's min-cut rematerialization partitioner: every value
-costs its size in bytes to save; cheap values (elementwise math, views) may instead be
-recomputed inside the backward, while matmuls, reductions and indexing are never recomputed.
-Fused backward loops recompute elementwise values almost for free, while every saved value is a
-full memory round trip.
+costs its size in bytes to save; cheap values (elementwise arithmetic, views) may instead be
+recomputed inside the backward's fused loops, while transcendental functions (a scalar libm call
+per element on the CPU: measured slower to redo than to read back), matmuls, reductions and
+indexing are never recomputed.
 
 >>> import numpy as np, symgrad
 >>> from symgrad.autodiff import autodiff
->>> g = symgrad.trace(lambda x: (symgrad.sin(x) * symgrad.exp(x)).sum(), np.ones(1000))
+>>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x * x).sum(), np.ones(1000))
 >>> p = partition(autodiff(g))
->>> [v.name for v in p.saved]          # only x: sin, exp and cos are recomputed in the backward
-['x']
+>>> [v.name for v in p.saved]          # x and sin(x); the products are recomputed, cos(x) made there
+['x', 'sin']
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+import sympy
 
 from symgrad.ir.graph import Graph, Node, Value
 
@@ -31,9 +33,17 @@ RECOMPUTABLE_STRUCTURAL = {"expand", "view", "_unsafe_view", "unsqueeze", "squee
                            "detach", "constant", "_to_copy", "clone", "select.int", "slice.Tensor"}
 
 
+# Elementwise functions that are cheap to evaluate again (everything else, exp/sin/tanh/log1p...,
+# is a libm call per element on the CPU: reading a saved array back is cheaper than recomputing it).
+CHEAP_FUNCTIONS = {"Abs", "sign", "Max", "Min", "Heaviside", "Piecewise"}
+
+
 def recomputable(node: Node) -> bool:
-    """Elementwise math and views are cheap to redo; matmul, reductions, indexing are not."""
-    return node.expr is not None or node.op in RECOMPUTABLE_STRUCTURAL
+    """Cheap elementwise arithmetic and views are redone in the backward; transcendental functions,
+    matmul, reductions and indexing are saved instead."""
+    if node.expr is not None:
+        return all(type(f).__name__ in CHEAP_FUNCTIONS for f in node.expr.atoms(sympy.Function))
+    return node.op in RECOMPUTABLE_STRUCTURAL
 
 
 def value_bytes(v: Value) -> int:
@@ -145,6 +155,18 @@ def partition(joint: Graph) -> Partition:
             if v.producer is not None and recomputable(v.producer):
                 stack.extend(v.producer.inputs)
 
+    # Values the forward computes anyway (ancestors of its outputs): an expensive one among them is
+    # never computed a second time; an expensive value only the backward needs is computed there once.
+    in_forward: set[Value] = set()
+    stack = [v for v in fwd_outputs if v is not None]
+    while stack:
+        v = stack.pop()
+        if v in in_forward:
+            continue
+        in_forward.add(v)
+        if v.producer is not None:
+            stack.extend(v.producer.inputs)
+
     flow = _Flow()
     source, sink = ("source",), ("sink",)
     for v in primals:
@@ -154,7 +176,7 @@ def partition(joint: Graph) -> Partition:
             if v in tangent_side:
                 continue
             flow.add(("in", v), ("out", v), value_bytes(v))
-            if not recomputable(node):  # must be computed in the forward; may still be saved
+            if not recomputable(node) and v in in_forward:  # computed once, in the forward; may be saved
                 flow.add(source, ("in", v), INF)
             for u in node.inputs:
                 if u not in tangent_side:
