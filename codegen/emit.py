@@ -86,36 +86,45 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
     printer = _Printer(names)
     lines = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
 
-    def ref(a, label):
-        return arg_source(a, label, names, ns)
-
     for n in graph.nodes:
-        outs = ", ".join(f"%{o.name}: {o.type_str}" for o in n.outputs)
-        if n.op == "constant":
-            comment = f"{outs} = constant"
-        else:
-            comment = f"{outs} = {n.op}({', '.join(_arg_text(a) for a in n.args)})"
-        lines.append(f"    # {comment}")
-        target = ", ".join(names[o.name] for o in n.outputs) + ("," if len(n.outputs) > 1 else "")
-        label = names[n.outputs[0].name]
-        if n.op == "constant":
-            ns[f"const_{label}"] = n.data
-            lines.append(f"    {target} = const_{label}")
-        elif n.op == "detach":
-            lines.append(f"    {target} = {names[n.args[0].name]}")
-        elif n.expr is not None and not isinstance(n.expr, sympy.logic.boolalg.BooleanAtom):
+        if n.expr is not None and not isinstance(n.expr, sympy.logic.boolalg.BooleanAtom) and \
+                n.op not in ("constant", "detach"):
+            lines.append(f"    # {node_comment(n)}")
+            target = ", ".join(names[o.name] for o in n.outputs)
             lines.append(f"    {target} = {printer.doprint(n.expr)}")
             _cast_line(lines, n, names, graph)
         else:
-            op = registry.get(n.op)
-            key = "op_" + _ident(n.op).rstrip("_")
-            ns[key] = op.forward
-            call = f"{key}({', '.join(ref(a, label) for a in n.args)})"
-            lines.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
-            _cast_line(lines, n, names, graph)
+            lines += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return Emitted(name, "\n".join(lines), ns)
+
+
+def node_comment(n) -> str:
+    """The IR line a generated statement comes from (``%mul: f64[3] = mul.Tensor(%x, %x)``)."""
+    outs = ", ".join(f"%{o.name}: {o.type_str}" for o in n.outputs)
+    if n.op == "constant":
+        return f"{outs} = constant"
+    return f"{outs} = {n.op}({', '.join(_arg_text(a) for a in n.args)})"
+
+
+def node_statements(n, names: dict, ns: dict) -> list[str]:
+    """Glue statements for a node run by its op's numpy forward (constants and detach included)."""
+    lines = [f"    # {node_comment(n)}"]
+    target = ", ".join(names[o.name] for o in n.outputs) + ("," if len(n.outputs) > 1 else "")
+    label = names[n.outputs[0].name]
+    if n.op == "constant":
+        ns[f"const_{label}"] = n.data
+        lines.append(f"    {target} = const_{label}")
+    elif n.op == "detach":
+        lines.append(f"    {target} = {names[n.args[0].name]}")
+    else:
+        key = "op_" + _ident(n.op).rstrip("_")
+        ns[key] = registry.get(n.op).forward
+        call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
+        lines.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
+        _cast_line(lines, n, names, None)
+    return lines
 
 
 def arg_source(a, label: str, names: dict, ns: dict) -> str:
@@ -153,7 +162,8 @@ def arg_source(a, label: str, names: dict, ns: dict) -> str:
 
 
 def _cast_line(lines: list, node, names, graph) -> None:
-    """numpy promotes some mixed dtypes differently from PyTorch: cast where the IR says so."""
+    """numpy promotes some mixed dtypes differently from PyTorch: cast where the IR says so
+    (wherever the output's dtype is not simply the floating dtype of its inputs)."""
     for o in node.outputs:
         ins = [v for v in node.inputs if v.dtype.is_floating_point] or node.inputs
         natural = ins[0].dtype if ins else None

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symgrad.ir.graph import Graph, Value, _arg_text
-from symgrad.ops import registry
 
-from .emit import _ident, _Printer, arg_source
+from .emit import _ident, _Printer, node_statements
 from .fuse import Group, fusion_groups
 
 
@@ -196,26 +195,7 @@ def emit_numba(graph: Graph, name: str) -> NumbaEmitted:
             continue
         if n in fused_reduction or not any(o in needed for o in n.outputs):
             continue
-        outs = ", ".join(f"%{o.name}: {o.type_str}" for o in n.outputs)
-        glue.append(f"    # {outs} = {n.op}({', '.join(_arg_text(a) for a in n.args)})" if n.op != "constant"
-                    else f"    # {outs} = constant")
-        target = ", ".join(names[o.name] for o in n.outputs) + ("," if len(n.outputs) > 1 else "")
-        label = names[n.outputs[0].name]
-        if n.op == "constant":
-            ns[f"const_{label}"] = n.data
-            glue.append(f"    {target} = const_{label}")
-        elif n.op == "detach":
-            glue.append(f"    {target} = {names[n.args[0].name]}")
-        else:
-            op = registry.get(n.op)
-            key = "op_" + _ident(n.op).rstrip("_")
-            ns[key] = op.forward
-            args = [arg_source(a, label, names, ns) for a in n.args]
-            call = f"{key}({', '.join(args)})"
-            glue.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
-            o = n.outputs[0]
-            if len(n.outputs) == 1:
-                glue.append(f"    {target} = {target}.astype({o.dtype.np.name!r}, copy=False)")
+        glue += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return NumbaEmitted(name, "\n".join(glue), kernels, ns)

@@ -1,0 +1,531 @@
+"""Differential tests of ``symgrad.compile(backend="numba")`` against eager evaluation.
+
+a. every differentiable op of the rule table: a weighted scalar loss ``sum(op(args) * W)`` per
+   sample variant, compiled with Numba; value and gradients (``.backward()`` through
+   ``CompiledFunctionBackward``) equal eager's to 1e-9 relative, on the first call and on *new*
+   values of the same shapes (the second call must not retrace).  ``prod`` and
+   ``prod.dim_int`` refuse a traced gradient on purpose: compiling them raises ``TraceError``;
+b. float32: a representative subset (elementwise, matmul, softmax, reductions) within 1e-4
+   relative, with float32 outputs and gradients;
+c. random programs (the strategy of tests/test_autodiff.py) compiled with Numba vs eager;
+   ``SYMGRAD_FUZZ=long`` runs a long profile (``@pytest.mark.slow``);
+d. ``symgrad.value_and_grad`` (one joint Numba kernel) vs eager on the W1, W2, W3, W5 workloads.
+
+Every Numba compile costs a fraction of a second, so the op cases of (a) and (b) are compiled in
+a handful of batches: one compiled function per group of ops, taking every case's arrays as
+inputs and returning one scalar loss per case (summed eagerly before ``.backward()``).  Each case
+is still its own test, checked against its own outputs and gradients.  When a batch fails to
+build or run, it is bisected until the failing cases are alone, so a failure names its op.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import symgrad
+from symgrad.ops.registry import apply
+
+
+def _load(name: str):
+    """tests/<name>.py as a module (tests/ is not a package: load it from its path if needed)."""
+    for mod_name in (f"tests.{name}", name, f"_symgrad_{name}"):
+        mod = sys.modules.get(mod_name)
+        if mod is not None and getattr(mod, "__file__", None) and Path(mod.__file__).stem == name:
+            return mod
+    path = Path(__file__).resolve().with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_symgrad_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_rules = _load("test_rules")
+_autodiff_tests = _load("test_autodiff")
+SAMPLES, OPS = _rules.SAMPLES, _rules.OPS
+sample_variants = _rules.sample_variants
+differentiable_outputs = _rules.differentiable_outputs
+programs = _autodiff_tests.programs          # the random-program strategy (hypothesis)
+
+KEYS = sorted(OPS)
+DIFFERENTIABLE = [k for k in KEYS if OPS[k].rule.formulas]
+# the traced gradient of prod depends on where the zeros are: autodiff refuses it on purpose
+NO_TRACED_GRADIENT = {"prod", "prod.dim_int"}
+BACKEND = "numba"
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def assert_close(got, want, rtol, where, atol_scale=1e-2):
+    """Relative comparison; the absolute floor is ``rtol * atol_scale * max|want|`` (cancellation)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{where}: shape {got.shape}, eager {want.shape}"
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * atol_scale * max(scale, 1e-3), err_msg=where)
+
+
+def _show(a) -> str:
+    return np.array2string(np.asarray(a), precision=6, separator=", ", max_line_width=200).replace("\n", "")
+
+
+# --- a/b. one case per (op, sample variant) ---------------------------------------------------
+
+def _replace_in_tuple(tup, path, value):
+    items = list(tup)
+    items[path[0]] = value if len(path) == 1 else _replace_in_tuple(items[path[0]], path[1:], value)
+    return tuple(items)
+
+
+class Case:
+    """One sample variant of one op: its array arguments (float tensors, tensor-list items, bool
+    tensors, integer index arrays) become inputs of the compiled function; everything else (numbers,
+    sizes, dims, boolean masks) is baked into the trace."""
+
+    def __init__(self, key: str, variant: int, dtype=symgrad.float64):
+        self.key, self.variant, self.op, self.dtype = key, variant, OPS[key], dtype
+        self.np_dtype = dtype.np if hasattr(dtype, "np") else np.dtype(np.float64)
+        self.template = list(sample_variants(key)[variant])
+        self.paths, self.kinds, self.diff = [], [], []
+        self.example = self._arrays(self.template)
+        fresh_template = sample_variants(key, salt=1)[variant]
+        fresh = self._arrays(fresh_template, collect=False)
+        for k, (a, b) in enumerate(zip(self.example, fresh)):
+            assert a.shape == b.shape and a.dtype == b.dtype, f"{self.id}: sample shapes differ between seeds"
+            if self.kinds[k] == "index":   # rotate index arrays: other values, still in range
+                b = np.roll(a, 1)
+                if np.array_equal(a, b):
+                    b = a[::-1].copy()
+            fresh[k] = np.ascontiguousarray(b)
+        self.fresh = fresh
+        # fixed weights, from the example outputs' shapes
+        outs = self.outputs([symgrad.tensor(a) for a in self.example])
+        rng = np.random.default_rng(_seed(key, variant))
+        self.weights = [rng.standard_normal(outs[k].shape).astype(self.np_dtype)
+                        for k in differentiable_outputs(self.op, len(outs))]
+
+    @property
+    def id(self) -> str:
+        suffix = "" if self.np_dtype == np.float64 else f" ({self.np_dtype.name})"
+        return f"{self.key}[{self.variant}]{suffix}"
+
+    def _arrays(self, args, collect=True) -> list[np.ndarray]:
+        out = []
+        formulas = self.op.rule.formulas
+
+        def add(arr, path, kind, diff):
+            arr = np.asarray(arr)
+            if arr.dtype.kind == "f":
+                arr = arr.astype(self.np_dtype)
+            out.append(arr)
+            if collect:
+                self.paths.append(path)
+                self.kinds.append(kind)
+                self.diff.append(diff)
+
+        def index(v, path):
+            if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
+                add(v, path, "index", False)
+            elif isinstance(v, tuple):
+                for k, p in enumerate(v):
+                    index(p, path + (k,))
+
+        for pos, (spec, v) in enumerate(zip(self.op.schema.args, args)):
+            if spec.is_tensor_list:
+                for k, arr in enumerate(v):
+                    add(arr, (pos, k), "tensor", spec.name in formulas)
+            elif spec.is_tensor and isinstance(v, np.ndarray):
+                add(v, (pos,), "tensor", spec.name in formulas and v.dtype.kind == "f")
+            elif spec.type == "Index":
+                index(v, (pos,))
+        return out
+
+    @property
+    def wrt(self) -> list[int]:
+        return [i for i, d in enumerate(self.diff) if d]
+
+    def build(self, tensors) -> tuple:
+        args = [list(a) if isinstance(a, list) else a for a in self.template]
+        for pos, a in enumerate(args):   # a float dtype argument follows the case's dtype
+            if isinstance(a, symgrad.dtype) and a.is_floating_point:
+                args[pos] = self.dtype
+        for path, t in zip(self.paths, tensors):
+            pos = path[0]
+            if len(path) == 1:
+                args[pos] = t
+            elif isinstance(args[pos], list):
+                args[pos][path[1]] = t
+            else:  # an index array inside an index tuple
+                args[pos] = _replace_in_tuple(args[pos], path[1:], t)
+        return tuple(args)
+
+    def outputs(self, tensors) -> tuple:
+        out = apply(self.op, self.build(tensors))
+        return out if isinstance(out, tuple) else (out,)
+
+    def loss(self, tensors):
+        """``sum_k sum(out_k * W_k)`` over the differentiable outputs; the weights are constants."""
+        outs = self.outputs(tensors)
+        total = None
+        for k, w in zip(differentiable_outputs(self.op, len(outs)), self.weights):
+            term = (outs[k] * symgrad.tensor(w, dtype=self.dtype)).sum()
+            total = term if total is None else total + term
+        return total
+
+    def leaves(self, arrays) -> list:
+        return [symgrad.tensor(a, dtype=self.dtype, requires_grad=d) if a.dtype.kind == "f" else symgrad.tensor(a)
+                for a, d in zip(arrays, self.diff)]
+
+    def describe(self, arrays) -> str:
+        parts = []
+        for path, kind, a in zip(self.paths, self.kinds, arrays):
+            name = self.op.schema.args[path[0]].name + "".join(f"[{p}]" for p in path[1:])
+            parts.append(f"{name} ({kind}, {a.dtype}{list(a.shape)}) = {_show(a)}")
+        others = [f"{s.name}={v!r}" for s, v in zip(self.op.schema.args, self.template)
+                  if not isinstance(v, (np.ndarray, list)) and not (s.type == "Index" and isinstance(v, tuple))]
+        return "; ".join(parts + others)
+
+
+@dataclass
+class CallResult:
+    """One call of a case inside a batch: compiled and eager value and gradients."""
+
+    value: np.ndarray
+    eager_value: np.ndarray
+    grads: list            # per wrt input: np array or None
+    eager_grads: list
+    value_dtype: object
+    grad_fn: str
+
+
+@dataclass
+class Outcome:
+    """A case's results from the batch that ran it (or the exception that stopped it alone)."""
+
+    calls: list = field(default_factory=list)   # [example call, fresh call]
+    traces: int = 0
+    batch: list = field(default_factory=list)   # ids of the cases compiled together
+    error: str | None = None
+
+
+def _batch_function(cases):
+    sizes = [len(c.example) for c in cases]
+
+    def batch(*tensors):
+        losses, pos = [], 0
+        for c, n in zip(cases, sizes):
+            losses.append(c.loss(tensors[pos:pos + n]))
+            pos += n
+        return tuple(losses)
+
+    return batch
+
+
+def _run_batch(cases) -> dict:
+    """Compile the cases as one function; call it on the example values, then on fresh ones."""
+    fn = _batch_function(cases)
+    compiled = symgrad.compile(fn, backend=BACKEND)
+    outcomes = {c.id: Outcome(batch=[x.id for x in cases]) for c in cases}
+    for which in ("example", "fresh"):
+        per_case = [getattr(c, which) for c in cases]
+        leaves = [c.leaves(a) for c, a in zip(cases, per_case)]
+        eager_leaves = [c.leaves(a) for c, a in zip(cases, per_case)]
+        outs = compiled(*[t for ls in leaves for t in ls])
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        total = outs[0]
+        for o in outs[1:]:
+            total = total + o
+        total.backward()
+        eager_outs = fn(*[t for ls in eager_leaves for t in ls])
+        eager_total = eager_outs[0]
+        for o in eager_outs[1:]:
+            eager_total = eager_total + o
+        eager_total.backward()
+        for c, o, eo, ls, els in zip(cases, outs, eager_outs, leaves, eager_leaves):
+            outcomes[c.id].calls.append(CallResult(
+                value=o.numpy(), eager_value=eo.numpy(),
+                grads=[None if ls[i].grad is None else ls[i].grad.numpy() for i in c.wrt],
+                eager_grads=[None if els[i].grad is None else els[i].grad.numpy() for i in c.wrt],
+                value_dtype=o.dtype, grad_fn=type(o.grad_fn).__name__))
+    traces = compiled.stats()["traces"]
+    for o in outcomes.values():
+        o.traces = traces
+    return outcomes
+
+
+def _run_bisecting(cases, interactions: list) -> dict:
+    """:func:`_run_batch`, splitting a failing batch until each failure is one case alone."""
+    try:
+        return _run_batch(cases)
+    except Exception as exc:  # noqa: BLE001 - any failure is reported by the case's test
+        if len(cases) == 1:
+            c = cases[0]
+            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            tb = "".join(traceback.format_tb(exc.__traceback__)[-3:])
+            return {c.id: Outcome(batch=[c.id], error=f"{type(exc).__name__}: {text}\n{tb}")}
+        mid = len(cases) // 2
+        out = {**_run_bisecting(cases[:mid], interactions), **_run_bisecting(cases[mid:], interactions)}
+        if not any(o.error for o in out.values()):
+            interactions.append(f"{[c.id for c in cases]}: {type(exc).__name__}: {exc}")
+        return out
+
+
+# groups of ops compiled together (a differentiable op in none of them joins "other")
+GROUPS = {
+    "unary": ["neg", "reciprocal", "exp", "log", "log1p", "sin", "cos", "tanh", "sqrt", "sigmoid", "relu",
+              "abs", "sign", "expm1", "log2", "exp2", "rsqrt", "erf", "sinh", "cosh", "tan", "atan"],
+    "binary": ["add.Tensor", "sub.Tensor", "rsub.Tensor", "rsub.Scalar", "mul.Tensor", "div.Tensor",
+               "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "clamp.Tensor", "clamp", "clamp_min",
+               "clamp_max", "maximum", "minimum", "where.self"],
+    "reductions": ["sum", "sum.dim_IntList", "mean", "mean.dim", "max.dim", "max", "min.dim", "min", "amax",
+                   "amin", "var.correction", "std.correction", "logsumexp", "_softmax", "_log_softmax"],
+    "linalg": ["mm", "mv", "dot", "outer", "bmm"],
+    "shape": ["expand", "view", "_unsafe_view", "t", "transpose.int", "permute", "squeeze", "squeeze.dim",
+              "squeeze.dims", "squeeze_", "squeeze_.dim", "unsqueeze", "cat", "stack", "unbind.int",
+              "_to_copy", "clone", "zero_"],
+    "indexing": ["select.int", "select_backward", "slice.Tensor", "slice_backward", "index.Tensor",
+                 "index_put_add", "index_put", "copy_slices"],
+}
+GROUP_OF = {k: g for g, keys in GROUPS.items() for k in keys}
+
+# float32: elementwise ops, matmul, softmax and reductions
+FLOAT32_KEYS = ["add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "pow.Tensor_Scalar", "exp", "log", "sin",
+                "tanh", "sigmoid", "sqrt", "relu", "abs", "erf", "maximum", "where.self", "clamp.Tensor",
+                "mm", "mv", "bmm", "_softmax", "_log_softmax", "sum", "sum.dim_IntList", "mean.dim", "amax",
+                "max.dim", "logsumexp", "var.correction"]
+
+
+def _group(key: str) -> str:
+    return GROUP_OF.get(key, "other")
+
+
+def _variants(key: str) -> int:
+    try:
+        return len(sample_variants(key))
+    except Exception:  # noqa: BLE001 - a broken builder is reported by the test, not at collection
+        return 1
+
+
+_CACHE: dict = {}
+_INTERACTIONS: dict = {}
+
+
+def _group_outcomes(group: str, dtype) -> dict:
+    """Run (once) every case of a group, in one batch when it works."""
+    key = (group, dtype.np.name)
+    if key not in _CACHE:
+        if dtype is symgrad.float32:
+            keys = [k for k in FLOAT32_KEYS if k in SAMPLES]
+        else:
+            keys = [k for k in DIFFERENTIABLE if k in SAMPLES and k not in NO_TRACED_GRADIENT and _group(k) == group]
+        cases, broken = [], {}
+        for k in keys:
+            for v in range(_variants(k)):
+                try:
+                    cases.append(Case(k, v, dtype))
+                except Exception as exc:  # noqa: BLE001 - a broken sample fails its own test
+                    broken[f"{k}[{v}]"] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
+        interactions: list = []
+        out = _run_bisecting(cases, interactions) if cases else {}
+        for c in cases:   # outcomes by (key, variant)
+            out[(c.key, c.variant)] = out.pop(c.id)
+        for name, o in broken.items():
+            k, v = name[:-1].rsplit("[", 1)
+            out[(k, int(v))] = o
+        _CACHE[key] = (cases, out)
+        _INTERACTIONS[key] = interactions
+    return _CACHE[key][1]
+
+
+def _check_case(key: str, variant: int, dtype, rtol: float, atol_scale: float) -> None:
+    outcome = _group_outcomes("float32" if dtype is symgrad.float32 else _group(key), dtype)[(key, variant)]
+    case = Case(key, variant, dtype)
+    if outcome.error:
+        pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={BACKEND!r} failed "
+                    f"(alone in its batch):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
+    assert outcome.traces == 1, f"{case.id}: {outcome.traces} traces for two calls of the same shapes"
+    names = [case.op.schema.args[case.paths[i][0]].name + "".join(f"[{p}]" for p in case.paths[i][1:])
+             for i in case.wrt]
+    for which, res, arrays in zip(("first call", "second call (new values)"), outcome.calls,
+                                  (case.example, case.fresh)):
+        where = f"{case.id}, {which}, inputs: {case.describe(arrays)}"
+        assert res.grad_fn == "CompiledFunctionBackward", f"{where}: grad_fn {res.grad_fn}"
+        assert res.value_dtype == dtype, f"{where}: compiled loss dtype {res.value_dtype}, want {dtype}"
+        assert_close(res.value, res.eager_value, rtol, f"{where}: loss value (compiled vs eager)", atol_scale)
+        for name, i, g, eg in zip(names, case.wrt, res.grads, res.eager_grads):
+            like = np.zeros(arrays[i].shape, dtype.np)
+            assert g is not None, f"{where}: no compiled gradient for {name!r}"
+            assert g.dtype == dtype.np, f"{where}: gradient of {name!r} is {g.dtype}, want {dtype.np}"
+            assert_close(g, like if eg is None else eg, rtol, f"{where}: gradient of {name!r} (compiled vs eager)",
+                         atol_scale)
+
+
+def _case_params(keys):
+    out = []
+    for key in keys:
+        if key not in SAMPLES:
+            out.append(pytest.param(key, -1, id=f"{key}-NO_SAMPLE"))
+            continue
+        out.extend(pytest.param(key, i, id=f"{key}-{i}") for i in range(_variants(key)))
+    return out
+
+
+@pytest.mark.parametrize("key,variant", _case_params([k for k in DIFFERENTIABLE if k not in NO_TRACED_GRADIENT]))
+def test_op_compiled_matches_eager(key, variant):
+    if key not in SAMPLES:
+        pytest.fail(f"op {key!r} has no entry in tests/test_rules.py SAMPLES", pytrace=False)
+    _check_case(key, variant, symgrad.float64, rtol=1e-9, atol_scale=1e-2)
+
+
+@pytest.mark.parametrize("key,variant", _case_params(sorted(NO_TRACED_GRADIENT & set(DIFFERENTIABLE))))
+def test_prod_refuses_a_traced_gradient(key, variant):
+    case = Case(key, variant)
+    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND)
+    with pytest.raises(symgrad.TraceError, match="prod"):
+        compiled(*case.leaves(case.example))
+
+
+@pytest.mark.parametrize("group", sorted(set(GROUPS) | {"other"}))
+def test_each_group_compiles_as_one_batch_unless_a_case_fails_alone(group):
+    """A batch that fails while each of its cases passes alone is a bug of the combination."""
+    _group_outcomes(group, symgrad.float64)
+    assert not _INTERACTIONS[(group, "float64")], _INTERACTIONS[(group, "float64")]
+
+
+def test_every_op_of_the_float32_subset_is_a_differentiable_op():
+    assert set(FLOAT32_KEYS) <= set(DIFFERENTIABLE)
+
+
+@pytest.mark.parametrize("key,variant", _case_params(FLOAT32_KEYS))
+def test_op_compiled_matches_eager_float32(key, variant):
+    if key not in SAMPLES:
+        pytest.fail(f"op {key!r} has no entry in tests/test_rules.py SAMPLES", pytrace=False)
+    _check_case(key, variant, symgrad.float32, rtol=1e-4, atol_scale=1.0)
+
+
+def test_float32_subset_compiles_as_one_batch_unless_a_case_fails_alone():
+    _group_outcomes("float32", symgrad.float32)
+    assert not _INTERACTIONS[("float32", "float32")], _INTERACTIONS[("float32", "float32")]
+
+
+# --- c. random programs -----------------------------------------------------------------------
+
+def _program_inputs(rng, shapes):
+    return [np.asarray(rng.uniform(0.5, 1.5, s), dtype=np.float64) for s in shapes]
+
+
+def _check_program(prog) -> None:
+    fn = prog.function()
+    rng = np.random.default_rng(prog.seed)
+    example, fresh = _program_inputs(rng, prog.shapes), _program_inputs(rng, prog.shapes)
+    compiled = symgrad.compile(fn, backend=BACKEND)
+    for which, arrays in (("first call", example), ("second call (new values)", fresh)):
+        leaves = [symgrad.tensor(a, requires_grad=True) for a in arrays]
+        out = compiled(*leaves)
+        assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+        out.backward()
+        eager_leaves = [symgrad.tensor(a, requires_grad=True) for a in arrays]
+        want = fn(*eager_leaves)
+        want.backward()
+        where = f"{which}, inputs {[_show(a) for a in arrays]}"
+        assert_close(out.numpy(), want.numpy(), 1e-9, f"{where}: loss (compiled vs eager)")
+        for k, (t, e) in enumerate(zip(leaves, eager_leaves)):
+            g = np.zeros(arrays[k].shape) if t.grad is None else t.grad.numpy()
+            w = np.zeros(arrays[k].shape) if e.grad is None else e.grad.numpy()
+            assert_close(g, w, 1e-9, f"{where}: gradient of input {k} (compiled vs eager)")
+    assert compiled.stats()["traces"] == 1
+
+
+_FUZZ_LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
+_FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
+                      phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("symgrad-compile-default", max_examples=25, **_FUZZ_SETTINGS)
+settings.register_profile("symgrad-compile-long", max_examples=2000, **_FUZZ_SETTINGS)
+
+
+@settings(settings.get_profile("symgrad-compile-default"))
+@given(programs())
+def test_random_programs_compiled_match_eager(prog):
+    _check_program(prog)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _FUZZ_LONG, reason="the long random-program profile runs with SYMGRAD_FUZZ=long")
+@settings(settings.get_profile("symgrad-compile-long"))
+@given(programs())
+def test_random_programs_compiled_match_eager_long(prog):
+    _check_program(prog)
+
+
+# --- d. value_and_grad: one joint Numba kernel ------------------------------------------------
+
+def w1(x):
+    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
+
+
+def w2(x, w, b):
+    return (symgrad.tanh(x * w + b) ** 2).mean()
+
+
+def w3(X, W1, b1, W2, b2, Y):
+    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
+
+
+def w5(L, labels):
+    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
+
+
+def _workload_args(name, seed):
+    r = np.random.default_rng(_seed(name, seed))
+    return {
+        "W1": lambda: [r.uniform(-2, 2, 40)],
+        "W2": lambda: [r.standard_normal((6, 5)), r.standard_normal(5), r.standard_normal(5)],
+        "W3": lambda: [r.standard_normal(s) for s in [(7, 4), (4, 3), (3,), (3, 1), (1,), (7, 1)]],
+        "W5": lambda: [r.standard_normal((6, 5)), r.integers(0, 5, 6)],
+    }[name]()
+
+
+WORKLOADS = {"W1": (w1, 0), "W2": (w2, (0, 1, 2)), "W3": (w3, (0, 1, 2, 3, 4, 5)), "W5": (w5, 0)}
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_value_and_grad_joint_kernel_matches_eager(name):
+    fn, argnums = WORKLOADS[name]
+    vg = symgrad.value_and_grad(symgrad.compile(fn, backend=BACKEND), argnums)
+    nums = [argnums] if isinstance(argnums, int) else list(argnums)
+    for seed in (0, 1):   # the second call runs the same kernel on new values
+        arrays = _workload_args(name, seed)
+        assert nums == [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]  # every float input
+        value, grads = vg(*arrays)
+        grads = [grads] if isinstance(argnums, int) else list(grads)
+        leaves = [symgrad.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+        want = fn(*leaves)
+        want.backward()
+        where = f"{name}, call {seed + 1}"
+        assert isinstance(value, float)
+        assert_close(value, want.item(), 1e-9, f"{where}: value")
+        for i, g in zip(nums, grads):
+            assert isinstance(g, np.ndarray) and g.dtype == np.float64, f"{where}: gradient {i} is {g!r}"
+            assert_close(g, leaves[i].grad.numpy(), 1e-9, f"{where}: gradient of argument {i}")
+    compiled = vg.compiled
+    assert compiled.options["backend"] == "numba"
+    assert compiled.stats()["traces"] == 1
+    arrays = _workload_args(name, 0)
+    positions = [i for i, a in enumerate(arrays)]
+    k = compiled.kernels_for(*arrays, wrt=[positions.index(i) for i in nums], joint_kernel=True)
+    assert k.joint_fn is not None and "@njit" in k.joint_source
+    assert compiled.stats()["traces"] == 1
+
