@@ -121,6 +121,7 @@ def node_statements(n, names: dict, ns: dict) -> list[str]:
     else:
         key = "op_" + _ident(n.op).rstrip("_")
         ns[key] = registry.get(n.op).forward
+        ns.setdefault("__ops__", {})[key] = n.op  # lets codegen.jit write `op_x = _op("x").forward`
         call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
         lines.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
         _cast_line(lines, n, names, None)

@@ -24,7 +24,6 @@ def group_0(x):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,65 +35,9 @@ from .fuse import Group, fusion_groups
 
 
 def _scalar_namespace():
-    import numba
+    from .scalar_math import SCALAR_NAMESPACE
 
-    @numba.njit(inline="always")
-    def where(c, a, b):
-        return a if c else b
-
-    @numba.njit(inline="always")
-    def heaviside(x, h0):
-        return 0.0 if x < 0 else (1.0 if x > 0 else h0)
-
-    @numba.njit(inline="always")
-    def sign(x):
-        return (x > 0) - (x < 0)
-
-    @numba.njit(inline="always")
-    def sigmoid(x):
-        if x >= 0:
-            return 1.0 / (1.0 + math.exp(-x))
-        e = math.exp(x)
-        return e / (1.0 + e)
-
-    @numba.njit(inline="always")
-    def exp2(x):
-        return 2.0 ** x
-
-    @numba.njit(inline="always")
-    def eq(a, b):
-        return a == b
-
-    @numba.njit(inline="always")
-    def ne(a, b):
-        return a != b
-
-    @numba.njit(inline="always")
-    def logical_and(a, b):
-        return a and b
-
-    @numba.njit(inline="always")
-    def logical_or(a, b):
-        return a or b
-
-    @numba.njit(inline="always")
-    def logical_not(a):
-        return not a
-
-    @numba.njit(inline="always")
-    def maximum(a, b):
-        return a if a >= b else b
-
-    @numba.njit(inline="always")
-    def minimum(a, b):
-        return a if a <= b else b
-
-    return {"exp": math.exp, "log": math.log, "sin": math.sin, "cos": math.cos, "tan": math.tan,
-            "tanh": math.tanh, "sinh": math.sinh, "cosh": math.cosh, "atan": math.atan, "sqrt": math.sqrt,
-            "abs": abs, "erf": math.erf, "log1p": math.log1p, "expm1": math.expm1, "log2": math.log2,
-            "exp2": exp2, "where": where, "heaviside": heaviside, "sign": sign, "sigmoid": sigmoid,
-            "eq": eq, "ne": ne, "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
-            "maximum": maximum, "minimum": minimum, "np": np}
+    return dict(SCALAR_NAMESPACE)
 
 
 @dataclass
@@ -110,9 +53,24 @@ class NumbaEmitted:
     def full_source(self) -> str:
         return "\n\n".join(["@njit\n" + k for k in self.kernels] + [self.source])
 
-    def compile(self):
+    def compile(self, cache: bool = True):
+        """The glue function; with ``cache``, from a module in the kernel cache (see codegen.jit)."""
         import numba
 
+        if cache:
+            from . import jit
+
+            try:
+                fn = jit.load(self.kernels, self.source, self.namespace, self.namespace.get("__ops__", {}),
+                              self.name)
+            except Exception as exc:  # never let the cache break compilation
+                import warnings
+
+                warnings.warn(f"symgrad: kernel cache unavailable ({exc}); compiling in memory", stacklevel=2)
+                fn = None
+            if fn is not None:
+                fn.__source__ = self.full_source
+                return fn
         glb = dict(self.namespace)
         for src in self.kernels:
             local: dict = {}

@@ -31,6 +31,15 @@ FUNCTION_NAMES = {
 }
 
 
+def _float_literal(value: float) -> str:
+    """A float as source that Python and Numba both read back exactly (inf and nan included)."""
+    if value != value:
+        return "math.nan"
+    if value in (float("inf"), float("-inf")):
+        return "math.inf" if value > 0 else "(-math.inf)"
+    return repr(value)
+
+
 class FormulaPrinter(PythonCodePrinter):
     """Print a sympy formula as a Python expression over vocabulary names."""
 
@@ -47,10 +56,19 @@ class FormulaPrinter(PythonCodePrinter):
         return repr(float(expr))
 
     def _print_Float(self, expr):
-        return repr(float(expr))
+        return _float_literal(float(expr))
+
+    def _print_Infinity(self, expr):
+        return "math.inf"
+
+    def _print_NegativeInfinity(self, expr):
+        return "(-math.inf)"
+
+    def _print_NaN(self, expr):
+        return "math.nan"
 
     def _print_NumberSymbol(self, expr):
-        return repr(float(expr))
+        return _float_literal(float(expr))
 
     _print_Pi = _print_NumberSymbol
     _print_Exp1 = _print_NumberSymbol

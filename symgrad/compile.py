@@ -47,12 +47,12 @@ except ImportError:  # pragma: no cover - numba is a dependency; kept working wi
     DEFAULT_BACKEND = "numpy"
 
 
-def _emit(graph: Graph, name: str, backend: str):
+def _emit(graph: Graph, name: str, backend: str, cache: bool = True):
     if backend == "numba":
         from codegen.numba_emit import emit_numba
 
         e = emit_numba(graph, name)
-        return e.compile(), e.full_source
+        return e.compile(cache=cache), e.full_source
     e = emit_numpy(graph, name)
     return e.compile(), e.source
 
@@ -159,18 +159,18 @@ class CompiledFunction:
             t3 = time.perf_counter()
             backend = self.options["backend"]
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
-                joint_fn, joint_src = _emit(joint, "joint", backend)
+                joint_fn, joint_src = _emit(joint, "joint", backend, self.options["cache"])
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
                                   joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
-                fwd_fn, fwd_src = _emit(parts.forward, "forward", backend)
-                bwd_fn, bwd_src = _emit(parts.backward, "backward", backend)
+                fwd_fn, fwd_src = _emit(parts.forward, "forward", backend, self.options["cache"])
+                bwd_fn, bwd_src = _emit(parts.backward, "backward", backend, self.options["cache"])
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         else:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = _emit(graph, "forward", self.options["backend"])
+            fwd_fn, fwd_src = _emit(graph, "forward", self.options["backend"], self.options["cache"])
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         kernels.timings = timings

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import traceback
 import zlib
@@ -94,9 +95,10 @@ class Case:
     tensors, integer index arrays) become inputs of the compiled function; everything else (numbers,
     sizes, dims, boolean masks) is baked into the trace."""
 
-    def __init__(self, key: str, variant: int, dtype=symgrad.float64):
+    def __init__(self, key: str, variant: int, dtype=symgrad.float64, index_inputs: bool = True):
         self.key, self.variant, self.op, self.dtype = key, variant, OPS[key], dtype
-        self.np_dtype = dtype.np if hasattr(dtype, "np") else np.dtype(np.float64)
+        self.index_inputs = index_inputs
+        self.np_dtype = np.dtype(dtype.np)
         self.template = list(sample_variants(key)[variant])
         self.paths, self.kinds, self.diff = [], [], []
         self.example = self._arrays(self.template)
@@ -119,7 +121,12 @@ class Case:
     @property
     def id(self) -> str:
         suffix = "" if self.np_dtype == np.float64 else f" ({self.np_dtype.name})"
+        suffix += "" if self.index_inputs else " (constant index)"
         return f"{self.key}[{self.variant}]{suffix}"
+
+    @property
+    def slot(self) -> tuple:
+        return (self.key, self.variant, self.index_inputs)
 
     def _arrays(self, args, collect=True) -> list[np.ndarray]:
         out = []
@@ -148,7 +155,7 @@ class Case:
                     add(arr, (pos, k), "tensor", spec.name in formulas)
             elif spec.is_tensor and isinstance(v, np.ndarray):
                 add(v, (pos,), "tensor", spec.name in formulas and v.dtype.kind == "f")
-            elif spec.type == "Index":
+            elif spec.type == "Index" and self.index_inputs:
                 index(v, (pos,))
         return out
 
@@ -175,12 +182,17 @@ class Case:
         out = apply(self.op, self.build(tensors))
         return out if isinstance(out, tuple) else (out,)
 
-    def loss(self, tensors):
-        """``sum_k sum(out_k * W_k)`` over the differentiable outputs; the weights are constants."""
+    def weight_tensors(self) -> list:
+        return [symgrad.tensor(w, dtype=self.dtype) for w in self.weights]
+
+    def loss(self, tensors, weights=None):
+        """``sum_k sum(out_k * W_k)`` over the differentiable outputs, for fixed weights ``W_k``
+        (constants of the trace unless given, as tensors)."""
+        weights = self.weight_tensors() if weights is None else weights
         outs = self.outputs(tensors)
         total = None
-        for k, w in zip(differentiable_outputs(self.op, len(outs)), self.weights):
-            term = (outs[k] * symgrad.tensor(w, dtype=self.dtype)).sum()
+        for k, w in zip(differentiable_outputs(self.op, len(outs)), weights):
+            term = (outs[k] * w).sum()
             total = term if total is None else total + term
         return total
 
@@ -221,16 +233,30 @@ class Outcome:
 
 
 def _batch_function(cases):
+    """``f(*case inputs, *weights) -> (loss of case 0, loss of case 1, ...)``.
+
+    The weights are inputs that need no gradient, with the same values on every call: as
+    constants of the trace they would be recorded where first used, between the cases, and each
+    case would get loop kernels of its own (a Numba compile each); as inputs they are ready from
+    the start and the elementwise chains of many cases share fused loops."""
     sizes = [len(c.example) for c in cases]
+    n_weights = [len(c.weights) for c in cases]
 
     def batch(*tensors):
-        losses, pos = [], 0
-        for c, n in zip(cases, sizes):
-            losses.append(c.loss(tensors[pos:pos + n]))
-            pos += n
+        losses, pos, wpos = [], 0, sum(sizes)
+        for c, n, m in zip(cases, sizes, n_weights):
+            losses.append(c.loss(tensors[pos:pos + n], tensors[wpos:wpos + m]))
+            pos, wpos = pos + n, wpos + m
         return tuple(losses)
 
     return batch
+
+
+def _batch_inputs(cases, which: str) -> tuple[list, list]:
+    """The leaves per case (``which`` values: "example" or "fresh") and the flat argument list."""
+    leaves = [c.leaves(getattr(c, which)) for c in cases]
+    weights = [w for c in cases for w in c.weight_tensors()]
+    return leaves, [t for ls in leaves for t in ls] + weights
 
 
 def _run_batch(cases) -> dict:
@@ -239,23 +265,22 @@ def _run_batch(cases) -> dict:
     compiled = symgrad.compile(fn, backend=BACKEND)
     outcomes = {c.id: Outcome(batch=[x.id for x in cases]) for c in cases}
     for which in ("example", "fresh"):
-        per_case = [getattr(c, which) for c in cases]
-        leaves = [c.leaves(a) for c, a in zip(cases, per_case)]
-        eager_leaves = [c.leaves(a) for c, a in zip(cases, per_case)]
-        outs = compiled(*[t for ls in leaves for t in ls])
+        leaves, args = _batch_inputs(cases, which)
+        eager_leaves, eager_args = _batch_inputs(cases, which)
+        outs = compiled(*args)
         outs = outs if isinstance(outs, tuple) else (outs,)
         total = outs[0]
         for o in outs[1:]:
             total = total + o
         total.backward()
-        eager_outs = fn(*[t for ls in eager_leaves for t in ls])
+        eager_outs = fn(*eager_args)
         eager_total = eager_outs[0]
         for o in eager_outs[1:]:
             eager_total = eager_total + o
         eager_total.backward()
         for c, o, eo, ls, els in zip(cases, outs, eager_outs, leaves, eager_leaves):
             outcomes[c.id].calls.append(CallResult(
-                value=o.numpy(), eager_value=eo.numpy(),
+                value=o.detach().numpy(), eager_value=eo.detach().numpy(),
                 grads=[None if ls[i].grad is None else ls[i].grad.numpy() for i in c.wrt],
                 eager_grads=[None if els[i].grad is None else els[i].grad.numpy() for i in c.wrt],
                 value_dtype=o.dtype, grad_fn=type(o.grad_fn).__name__))
@@ -272,7 +297,7 @@ def _run_bisecting(cases, interactions: list) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure is reported by the case's test
         if len(cases) == 1:
             c = cases[0]
-            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            text = re.sub(r"\x1b\[[0-9;]*m", "", "".join(traceback.format_exception_only(type(exc), exc)).strip())
             tb = "".join(traceback.format_tb(exc.__traceback__)[-3:])
             return {c.id: Outcome(batch=[c.id], error=f"{type(exc).__name__}: {text}\n{tb}")}
         mid = len(cases) // 2
@@ -318,46 +343,73 @@ def _variants(key: str) -> int:
         return 1
 
 
+def _has_index_array(key: str, variant: int) -> bool:
+    def has(v):
+        return (isinstance(v, np.ndarray) and v.dtype.kind in "iu") or \
+            (isinstance(v, tuple) and any(has(p) for p in v))
+
+    try:
+        args = sample_variants(key)[variant]
+    except Exception:  # noqa: BLE001
+        return False
+    return any(spec.type == "Index" and has(v) for spec, v in zip(OPS[key].schema.args, args))
+
+
+def _specs(keys, first_variant_only=False) -> list[tuple]:
+    """(key, variant, index_inputs): integer index arrays as inputs, and once more as constants."""
+    out = []
+    for key in keys:
+        if key not in SAMPLES:
+            out.append((key, -1, True))
+            continue
+        for v in range(1 if first_variant_only else _variants(key)):
+            out.append((key, v, True))
+            if _has_index_array(key, v):
+                out.append((key, v, False))
+    return out
+
+
+F64_SPECS = _specs([k for k in DIFFERENTIABLE if k not in NO_TRACED_GRADIENT])
+F32_SPECS = _specs(FLOAT32_KEYS, first_variant_only=True)
+
 _CACHE: dict = {}
 _INTERACTIONS: dict = {}
 
 
 def _group_outcomes(group: str, dtype) -> dict:
-    """Run (once) every case of a group, in one batch when it works."""
-    key = (group, dtype.np.name)
-    if key not in _CACHE:
+    """Run (once) every case of a group, in one batch when it works; outcomes by (key, variant, index_inputs)."""
+    cache_key = (group, dtype.np.name)
+    if cache_key not in _CACHE:
         if dtype is symgrad.float32:
-            keys = [k for k in FLOAT32_KEYS if k in SAMPLES]
+            specs = [s for s in F32_SPECS if s[0] in SAMPLES]
         else:
-            keys = [k for k in DIFFERENTIABLE if k in SAMPLES and k not in NO_TRACED_GRADIENT and _group(k) == group]
-        cases, broken = [], {}
-        for k in keys:
-            for v in range(_variants(k)):
-                try:
-                    cases.append(Case(k, v, dtype))
-                except Exception as exc:  # noqa: BLE001 - a broken sample fails its own test
-                    broken[f"{k}[{v}]"] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
+            specs = [s for s in F64_SPECS if s[0] in SAMPLES and _group(s[0]) == group]
+        cases, out = [], {}
+        for key, variant, index_inputs in specs:
+            try:
+                cases.append(Case(key, variant, dtype, index_inputs))
+            except Exception as exc:  # noqa: BLE001 - a broken sample fails its own test
+                out[(key, variant, index_inputs)] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
         interactions: list = []
-        out = _run_bisecting(cases, interactions) if cases else {}
-        for c in cases:   # outcomes by (key, variant)
-            out[(c.key, c.variant)] = out.pop(c.id)
-        for name, o in broken.items():
-            k, v = name[:-1].rsplit("[", 1)
-            out[(k, int(v))] = o
-        _CACHE[key] = (cases, out)
-        _INTERACTIONS[key] = interactions
-    return _CACHE[key][1]
+        by_id = _run_bisecting(cases, interactions) if cases else {}
+        out.update({c.slot: by_id[c.id] for c in cases})
+        _CACHE[cache_key] = out
+        _INTERACTIONS[cache_key] = interactions
+    return _CACHE[cache_key]
 
 
-def _check_case(key: str, variant: int, dtype, rtol: float, atol_scale: float) -> None:
-    outcome = _group_outcomes("float32" if dtype is symgrad.float32 else _group(key), dtype)[(key, variant)]
-    case = Case(key, variant, dtype)
+def _check_case(key: str, variant: int, index_inputs: bool, dtype, rtol: float, atol_scale: float) -> None:
+    group = "float32" if dtype is symgrad.float32 else _group(key)
+    outcome = _group_outcomes(group, dtype)[(key, variant, index_inputs)]
+    case = Case(key, variant, dtype, index_inputs)
     if outcome.error:
+        alone = "alone in its batch" if len(outcome.batch) <= 1 else f"batch {outcome.batch}"
         pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={BACKEND!r} failed "
-                    f"(alone in its batch):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
+                    f"({alone}):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
     assert outcome.traces == 1, f"{case.id}: {outcome.traces} traces for two calls of the same shapes"
     names = [case.op.schema.args[case.paths[i][0]].name + "".join(f"[{p}]" for p in case.paths[i][1:])
              for i in case.wrt]
+    assert len(outcome.calls) == 2
     for which, res, arrays in zip(("first call", "second call (new values)"), outcome.calls,
                                   (case.example, case.fresh)):
         where = f"{case.id}, {which}, inputs: {case.describe(arrays)}"
@@ -365,57 +417,61 @@ def _check_case(key: str, variant: int, dtype, rtol: float, atol_scale: float) -
         assert res.value_dtype == dtype, f"{where}: compiled loss dtype {res.value_dtype}, want {dtype}"
         assert_close(res.value, res.eager_value, rtol, f"{where}: loss value (compiled vs eager)", atol_scale)
         for name, i, g, eg in zip(names, case.wrt, res.grads, res.eager_grads):
-            like = np.zeros(arrays[i].shape, dtype.np)
             assert g is not None, f"{where}: no compiled gradient for {name!r}"
             assert g.dtype == dtype.np, f"{where}: gradient of {name!r} is {g.dtype}, want {dtype.np}"
-            assert_close(g, like if eg is None else eg, rtol, f"{where}: gradient of {name!r} (compiled vs eager)",
-                         atol_scale)
+            want = np.zeros(arrays[i].shape, dtype.np) if eg is None else eg
+            assert_close(g, want, rtol, f"{where}: gradient of {name!r} (compiled vs eager)", atol_scale)
 
 
-def _case_params(keys):
-    out = []
-    for key in keys:
-        if key not in SAMPLES:
-            out.append(pytest.param(key, -1, id=f"{key}-NO_SAMPLE"))
-            continue
-        out.extend(pytest.param(key, i, id=f"{key}-{i}") for i in range(_variants(key)))
-    return out
+def _params(specs):
+    return [pytest.param(k, v, ii, id=f"{k}-NO_SAMPLE" if v < 0 else f"{k}-{v}" + ("" if ii else "-const_index"))
+            for k, v, ii in specs]
 
 
-@pytest.mark.parametrize("key,variant", _case_params([k for k in DIFFERENTIABLE if k not in NO_TRACED_GRADIENT]))
-def test_op_compiled_matches_eager(key, variant):
+def _require_sample(key):
     if key not in SAMPLES:
-        pytest.fail(f"op {key!r} has no entry in tests/test_rules.py SAMPLES", pytrace=False)
-    _check_case(key, variant, symgrad.float64, rtol=1e-9, atol_scale=1e-2)
+        pytest.fail(f"op {key!r} is in the rule table but has no entry in tests/test_rules.py SAMPLES",
+                    pytrace=False)
 
 
-@pytest.mark.parametrize("key,variant", _case_params(sorted(NO_TRACED_GRADIENT & set(DIFFERENTIABLE))))
-def test_prod_refuses_a_traced_gradient(key, variant):
-    case = Case(key, variant)
+@pytest.mark.parametrize("key,variant,index_inputs", _params(F64_SPECS))
+def test_op_compiled_matches_eager(key, variant, index_inputs):
+    _require_sample(key)
+    _check_case(key, variant, index_inputs, symgrad.float64, rtol=1e-9, atol_scale=1e-2)
+
+
+@pytest.mark.parametrize("key,variant,index_inputs",
+                         _params(_specs(sorted(NO_TRACED_GRADIENT & set(DIFFERENTIABLE)))))
+def test_prod_compile_raises_trace_error(key, variant, index_inputs):
+    """prod's traced gradient would depend on where the zeros are: compiling it is refused."""
+    _require_sample(key)
+    case = Case(key, variant, symgrad.float64, index_inputs)
     compiled = symgrad.compile(_batch_function([case]), backend=BACKEND)
+    _, args = _batch_inputs([case], "example")
     with pytest.raises(symgrad.TraceError, match="prod"):
-        compiled(*case.leaves(case.example))
+        compiled(*args)
 
 
 @pytest.mark.parametrize("group", sorted(set(GROUPS) | {"other"}))
-def test_each_group_compiles_as_one_batch_unless_a_case_fails_alone(group):
-    """A batch that fails while each of its cases passes alone is a bug of the combination."""
+def test_group_batch_fails_only_where_a_case_fails_alone(group):
+    """A batch that fails while each of its cases passes alone would be a bug of the combination
+    (fusing the loops of several ops); the bisection records it here."""
     _group_outcomes(group, symgrad.float64)
     assert not _INTERACTIONS[(group, "float64")], _INTERACTIONS[(group, "float64")]
 
 
-def test_every_op_of_the_float32_subset_is_a_differentiable_op():
+def test_every_op_is_covered_and_the_float32_subset_is_differentiable():
     assert set(FLOAT32_KEYS) <= set(DIFFERENTIABLE)
+    assert {s[0] for s in F64_SPECS} | NO_TRACED_GRADIENT >= set(DIFFERENTIABLE)
 
 
-@pytest.mark.parametrize("key,variant", _case_params(FLOAT32_KEYS))
-def test_op_compiled_matches_eager_float32(key, variant):
-    if key not in SAMPLES:
-        pytest.fail(f"op {key!r} has no entry in tests/test_rules.py SAMPLES", pytrace=False)
-    _check_case(key, variant, symgrad.float32, rtol=1e-4, atol_scale=1.0)
+@pytest.mark.parametrize("key,variant,index_inputs", _params(F32_SPECS))
+def test_op_compiled_matches_eager_float32(key, variant, index_inputs):
+    _require_sample(key)
+    _check_case(key, variant, index_inputs, symgrad.float32, rtol=1e-4, atol_scale=1.0)
 
 
-def test_float32_subset_compiles_as_one_batch_unless_a_case_fails_alone():
+def test_float32_batch_fails_only_where_a_case_fails_alone():
     _group_outcomes("float32", symgrad.float32)
     assert not _INTERACTIONS[("float32", "float32")], _INTERACTIONS[("float32", "float32")]
 
@@ -440,7 +496,7 @@ def _check_program(prog) -> None:
         want = fn(*eager_leaves)
         want.backward()
         where = f"{which}, inputs {[_show(a) for a in arrays]}"
-        assert_close(out.numpy(), want.numpy(), 1e-9, f"{where}: loss (compiled vs eager)")
+        assert_close(out.detach().numpy(), want.detach().numpy(), 1e-9, f"{where}: loss (compiled vs eager)")
         for k, (t, e) in enumerate(zip(leaves, eager_leaves)):
             g = np.zeros(arrays[k].shape) if t.grad is None else t.grad.numpy()
             w = np.zeros(arrays[k].shape) if e.grad is None else e.grad.numpy()

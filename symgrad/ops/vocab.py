@@ -169,6 +169,7 @@ def inverse_permutation(dims):
 
 
 NUMPY_FUNCTIONS = {
+    "math": math,  # printed formulas spell infinities math.inf
     "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
     "sinh": np.sinh, "cosh": np.cosh, "atan": np.arctan, "sqrt": np.sqrt, "abs": np.abs,
     "sign": np.sign, "erf": _np_erf, "log1p": np.log1p, "expm1": np.expm1, "log2": np.log2,
@@ -225,7 +226,7 @@ def tensor_namespace() -> dict:
         from . import functional as F
         from . import registry
 
-        ns = {}
+        ns = {"math": math}
         for name in FORMULA_FUNCTIONS | {op.name for op in registry.all_ops().values()}:
             fn = getattr(F, TENSOR_ALIASES.get(name, name), None)
             if fn is not None:
