@@ -21,6 +21,7 @@ build or run, it is bisected until the failing cases are alone, so a failure nam
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import symgrad
 from symgrad.ops.registry import apply
@@ -56,7 +58,6 @@ _autodiff_tests = _load("test_autodiff")
 SAMPLES, OPS = _rules.SAMPLES, _rules.OPS
 sample_variants = _rules.sample_variants
 differentiable_outputs = _rules.differentiable_outputs
-programs = _autodiff_tests.programs          # the random-program strategy (hypothesis)
 
 KEYS = sorted(OPS)
 DIFFERENTIABLE = [k for k in KEYS if OPS[k].rule.formulas]
@@ -478,6 +479,37 @@ def test_float32_batch_fails_only_where_a_case_fails_alone():
 
 # --- c. random programs -----------------------------------------------------------------------
 
+def _fits_limits(shape) -> bool:
+    A = _autodiff_tests
+    return len(shape) <= A.MAX_NDIM and 0 < math.prod(shape) <= A.MAX_NUMEL
+
+
+@st.composite
+def programs(draw):
+    """tests/test_autodiff.py's ``programs()`` strategy, built from its steps, with one guard: a
+    binary step never reads a value beyond the generator's size limits (``x @ x.T`` can make one,
+    e.g. 12x12, and then no operand "fits", not even the value itself: ``sampled_from([])``)."""
+    A = _autodiff_tests
+    n_inputs = draw(st.integers(1, 3))
+    shapes = tuple(draw(st.sampled_from(A.SHAPES)) for _ in range(n_inputs))
+    pool = [A.Meta(s, 0.5, 1.5) for s in shapes]
+    steps = []
+    for _ in range(draw(st.integers(2, 12))):
+        kind = draw(st.sampled_from(A.KINDS))
+        last = len(pool) - 1
+        fits = [j for j, m in enumerate(pool) if m.shape or kind not in A.NEEDS_DIMS] or list(range(len(pool)))
+        i = draw(st.one_of(st.just(fits[-1]), st.sampled_from(fits))) if fits[-1] == last else \
+            draw(st.sampled_from(fits))
+        res = A._make_step(draw, kind, i, pool) if kind != "binary" or _fits_limits(pool[i].shape) else None
+        if res is not None and res[1] is not None and max(abs(res[2][0]), abs(res[2][1])) <= A.MAX_ABS:
+            step, shape, (lo, hi) = res
+        else:  # always safe: squash the value
+            step, shape, (lo, hi) = ("tanh", i), pool[i].shape, (-1.0, 1.0)
+        steps.append(step)
+        pool.append(A.Meta(tuple(shape), float(lo), float(hi)))
+    return A.Program(shapes, tuple(steps), draw(st.integers(0, 2 ** 32 - 1)))
+
+
 def _program_inputs(rng, shapes):
     return [np.asarray(rng.uniform(0.5, 1.5, s), dtype=np.float64) for s in shapes]
 
@@ -504,26 +536,32 @@ def _check_program(prog) -> None:
     assert compiled.stats()["traces"] == 1
 
 
+# SYMGRAD_FUZZ=long: the long profile (2000 programs), and the test is marked slow
 _FUZZ_LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
 _FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
-                      phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                      phases=[Phase.explicit, Phase.generate, Phase.shrink],  # no example database
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("symgrad-compile-default", max_examples=25, **_FUZZ_SETTINGS)
 settings.register_profile("symgrad-compile-long", max_examples=2000, **_FUZZ_SETTINGS)
+FUZZ_PROFILE = "symgrad-compile-long" if _FUZZ_LONG else "symgrad-compile-default"
 
 
-@settings(settings.get_profile("symgrad-compile-default"))
+def _slow_when_long(test):
+    return pytest.mark.slow(test) if _FUZZ_LONG else test
+
+
+@_slow_when_long
+@settings(settings.get_profile(FUZZ_PROFILE))
 @given(programs())
 def test_random_programs_compiled_match_eager(prog):
     _check_program(prog)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not _FUZZ_LONG, reason="the long random-program profile runs with SYMGRAD_FUZZ=long")
-@settings(settings.get_profile("symgrad-compile-long"))
-@given(programs())
-def test_random_programs_compiled_match_eager_long(prog):
-    _check_program(prog)
+def test_fuzz_profile_follows_the_environment():
+    want = 2000 if _FUZZ_LONG else 25
+    assert settings.get_profile(FUZZ_PROFILE).max_examples == want
+    marks = {m.name for m in getattr(test_random_programs_compiled_match_eager, "pytestmark", [])}
+    assert ("slow" in marks) == _FUZZ_LONG
 
 
 # --- d. value_and_grad: one joint Numba kernel ------------------------------------------------
