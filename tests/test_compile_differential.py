@@ -1,7 +1,8 @@
 """Differential tests of ``symgrad.compile(backend="numba")`` against eager evaluation.
 
 a. every differentiable op of the rule table: a weighted scalar loss ``sum(op(args) * W)`` per
-   sample variant, compiled with Numba; value and gradients (``.backward()`` through
+   sample variant of tests/test_rules.py's ``SAMPLES`` (integer index arrays as inputs, and once
+   more as constants), compiled with Numba; value and gradients (``.backward()`` through
    ``CompiledFunctionBackward``) equal eager's to 1e-9 relative, on the first call and on *new*
    values of the same shapes (the second call must not retrace).  ``prod`` and
    ``prod.dim_int`` refuse a traced gradient on purpose: compiling them raises ``TraceError``;
@@ -12,10 +13,11 @@ c. random programs (the strategy of tests/test_autodiff.py) compiled with Numba 
 d. ``symgrad.value_and_grad`` (one joint Numba kernel) vs eager on the W1, W2, W3, W5 workloads.
 
 Every Numba compile costs a fraction of a second, so the op cases of (a) and (b) are compiled in
-a handful of batches: one compiled function per group of ops, taking every case's arrays as
-inputs and returning one scalar loss per case (summed eagerly before ``.backward()``).  Each case
-is still its own test, checked against its own outputs and gradients.  When a batch fails to
-build or run, it is bisected until the failing cases are alone, so a failure names its op.
+a handful of batches: one compiled function per group of ops, taking every case's arrays (and its
+fixed weights) as inputs and returning one scalar loss per case (summed eagerly before
+``.backward()``).  Each case is still its own test, checked against its own loss and gradients.
+When a batch fails to build or run, it is bisected until the failing cases are alone, so a
+failure names its op (tested by injecting a wrong and an uncompilable scalar function).
 """
 
 from __future__ import annotations
