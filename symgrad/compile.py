@@ -38,7 +38,7 @@ from .autograd.grad_mode import STATE
 from .autograd.node import ERR_BACKWARD_TWICE, Node
 from .ir.graph import Graph
 from .ir.tracer import trace
-from .tensor import Tensor, _accumulate_node
+from .tensor import Tensor, gradient_edge
 
 try:
     import numba  # noqa: F401 - the fused backend's compiler
@@ -203,12 +203,7 @@ class CompiledFunction:
             node = CompiledFunctionBackward(k, tuple(saved), len(tensors))
             edges, metas = [], []
             for a in tensors:
-                if isinstance(a, Tensor) and a._grad_fn is not None:
-                    edges.append((a._grad_fn, a._output_nr))
-                elif isinstance(a, Tensor) and a._requires_grad:
-                    edges.append((_accumulate_node(a), 0))
-                else:
-                    edges.append((None, 0))
+                edges.append(gradient_edge(a) if isinstance(a, Tensor) else (None, 0))
                 metas.append((a.shape if isinstance(a, np.ndarray) else a._data.shape,
                               (a if isinstance(a, np.ndarray) else a._data).dtype))
             node._next, node._meta = tuple(edges), tuple(metas)

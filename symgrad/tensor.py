@@ -21,7 +21,6 @@ from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import engine as _engine
 from .autograd import node as _node_module
-from .autograd.grad_mode import STATE
 from .autograd.node import AccumulateGrad
 from .ops import registry as _registry
 
@@ -63,6 +62,15 @@ def _accumulate_node(t: Tensor) -> AccumulateGrad:
         node = AccumulateGrad(t)
         t._accumulate = weakref.ref(node)
     return node
+
+
+def gradient_edge(t: Tensor) -> tuple:
+    """Where ``t``'s gradient goes: ``(grad_fn, output_nr)``, its AccumulateGrad, or ``(None, 0)``."""
+    if t._grad_fn is not None:
+        return (t._grad_fn, t._output_nr)
+    if t._requires_grad:
+        return (_accumulate_node(t), 0)
+    return (None, 0)
 
 
 class Tensor:
@@ -416,5 +424,3 @@ def _tensors_to_lists(data):
             else d for d in data]
 
 
-def grad_enabled() -> bool:
-    return STATE.enabled

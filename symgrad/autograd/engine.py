@@ -45,12 +45,11 @@ def _as_tuple(x) -> tuple:
 
 
 def _root_edge(t, index: int):
-    from ..tensor import _accumulate_node
+    from ..tensor import gradient_edge
 
-    if t._grad_fn is not None:
-        return (t._grad_fn, t._output_nr)
-    if t._requires_grad:
-        return (_accumulate_node(t), 0)
+    edge = gradient_edge(t)
+    if edge[0] is not None:
+        return edge
     raise RuntimeError(f"element {index} of tensors does not require grad and does not have a grad_fn")
 
 

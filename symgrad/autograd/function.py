@@ -152,7 +152,7 @@ class Function(metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from ..tensor import Tensor, _accumulate_node
+        from ..tensor import Tensor, gradient_edge
 
         ctx = cls._backward_cls()
         is_tensor = tuple(isinstance(a, Tensor) for a in args)
@@ -169,12 +169,7 @@ class Function(metaclass=FunctionMeta):
         for a, t in zip(args, is_tensor):
             if not t:
                 continue
-            if a._grad_fn is not None:
-                edges.append((a._grad_fn, a._output_nr))
-            elif a._requires_grad:
-                edges.append((_accumulate_node(a), 0))
-            else:
-                edges.append((None, 0))
+            edges.append(gradient_edge(a))
             metas.append((a._data.shape, a._data.dtype))
         ctx._next = tuple(edges)
         ctx._meta = tuple(metas)

@@ -293,9 +293,6 @@ class FormulaNode(Node):
             out.append(r if element < 0 else r[element])
         return out
 
-    def _saved_view(self) -> dict:
-        return self._saved or {}
-
     def __getattr__(self, name: str):
         # grad_fn._saved_self, grad_fn._saved_other, ... as in PyTorch
         if name.startswith("_saved_"):

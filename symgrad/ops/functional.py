@@ -1289,7 +1289,5 @@ def _index_arg(idx):
     return idx
 
 
-def zeros_like_data(t: Tensor) -> np.ndarray:
-    return np.zeros_like(t._data)
 
 

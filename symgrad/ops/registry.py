@@ -255,13 +255,16 @@ def set_recorder(recorder):
 
 _T = None  # symgrad.tensor.Tensor, bound on first use (tensor.py imports this package)
 _acc = None
+gradient_edge = None  # symgrad.tensor.gradient_edge, bound with _T
 
 
 def _bind():
     global _T, _acc
     from ..tensor import Tensor, _accumulate_node
+    from ..tensor import gradient_edge as edge
 
-    _T, _acc = Tensor, _accumulate_node
+    global gradient_edge
+    _T, _acc, gradient_edge = Tensor, _accumulate_node, edge
     return Tensor
 
 
@@ -388,12 +391,7 @@ _new = object.__new__
 def _edge_meta(a, Tensor):
     """(edge, metadata) of one tensor input; numbers and tensors without grad give (None, 0)."""
     if isinstance(a, Tensor):
-        d = a._data
-        if a._grad_fn is not None:
-            return (a._grad_fn, a._output_nr), (d.shape, d.dtype)
-        if a._requires_grad:
-            return (_acc(a), 0), (d.shape, d.dtype)
-        return (None, 0), (d.shape, d.dtype)
+        return gradient_edge(a), (a._data.shape, a._data.dtype)
     return (None, 0), None
 
 
@@ -569,7 +567,7 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
         if is_list:
             per_call = per_call or []
             for k, t in enumerate(args[pos]):
-                edges.append(_edge(t, _accumulate_node))
+                edges.append(gradient_edge(t))
                 metas.append((t._data.shape, t._data.dtype))
                 per_call.append((fi, k))
             continue
@@ -577,12 +575,7 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
             per_call.append((fi, -1))
         a = args[pos]
         if a.__class__ is Tensor or isinstance(a, Tensor):
-            if a._grad_fn is not None:
-                edges.append((a._grad_fn, a._output_nr))
-            elif a._requires_grad:
-                edges.append((_accumulate_node(a), 0))
-            else:
-                edges.append((None, 0))
+            edges.append(gradient_edge(a))
             d = a._data
             metas.append((d.shape, d.dtype))
         else:
@@ -630,14 +623,6 @@ def _record(op: OpDef, args: tuple, outs: list, Tensor, _accumulate_node):
     if anomaly.is_enabled():
         node._trace = traceback.format_stack()[:-3]
     return node
-
-
-def _edge(t, _accumulate_node):
-    if t._grad_fn is not None:
-        return (t._grad_fn, t._output_nr)
-    if t._requires_grad:
-        return (_accumulate_node(t), 0)
-    return (None, 0)
 
 
 def _shape_error(op: OpDef, args: tuple, exc: Exception) -> Exception:
