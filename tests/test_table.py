@@ -15,7 +15,7 @@ import sympy
 
 import symgrad
 from codegen.printers import FormulaPrinter, compile_formula, formula_source
-from symgrad.ops import registry, vocab
+from symgrad.ops import registry, table, vocab
 from symgrad.ops.table import TABLE_PATH, RuleTableError, load_rules, node_prefix, parse_rules, parse_schema
 
 RULES = load_rules()
@@ -427,3 +427,33 @@ def test_shipped_formula_sources():
         "def formula(grad, self__shape):\n    return expand(grad, self__shape)"
     sqrt = RULES["sqrt"].formulas["self"]
     assert "log" not in formula_source(sqrt.code_expr, sqrt.params)
+
+
+# --- lazy parsing of the shipped table ------------------------------------------------------
+
+def test_shipped_table_validates_in_full():
+    rules = table.load_rules(validate=True)
+    assert all(r.elementwise is not None for r in rules.values() if r.elementwise_text is not None)
+
+
+@pytest.mark.parametrize("key", sorted(table.load_rules()))
+def test_syntax_derived_facts_match_sympy(key):
+    """What is read from a formula's syntax (without sympy) agrees with the parsed expression."""
+    rule = table.load_rules()[key]
+    for f in rule.formulas.values():
+        from_sympy = {s.name for s in f.code_expr.free_symbols}
+        # sympy may cancel a name (``0 * grad``); the syntax may only list more, never fewer
+        assert from_sympy <= set(f.params), (f, f.params, from_sympy)
+        assert set(f.params) - from_sympy <= {"grad"}
+        assert f.is_bare_name == f.code_expr.is_Symbol
+    if rule.elementwise_text is not None:
+        assert registry.elementwise_dtype_rule_of_text(rule.elementwise_text) == \
+            registry._elementwise_dtype_rule(rule.elementwise)
+
+
+def test_lazy_formula_error_names_the_entry_on_first_use():
+    rules = table.parse_rules("- name: foo(Tensor self) -> Tensor\n  self: grad * bogus\n", lazy=True)
+    with pytest.raises(table.RuleTableError, match=r"line 1 \(foo\) formula for 'self': unknown name 'bogus'"):
+        rules["foo"].formulas["self"].expr
+    with pytest.raises(table.RuleTableError, match=r"line 1 \(foo\).*cannot parse formula"):  # syntax: at load
+        table.parse_rules("- name: foo(Tensor self) -> Tensor\n  self: grad * (self +\n", lazy=True)

@@ -318,6 +318,20 @@ class FusedBackward:
     """
 
     def __init__(self, rule, formula_order: list, edges: tuple, np_namespace, t_namespace) -> None:
+        self._spec = (rule, formula_order, edges)
+        self._source = None  # printed on first use: printing needs the rule's sympy formulas
+        self._namespaces = (np_namespace, t_namespace)
+        self._fns = [None, None]
+
+    @property
+    def source(self) -> str:
+        """The generated backward function's source."""
+        if self._source is None:
+            self._source = self._print(*self._spec)
+        return self._source
+
+    @staticmethod
+    def _print(rule, formula_order: list, edges: tuple) -> str:
         from codegen.printers import FormulaPrinter
 
         printer = FormulaPrinter()
@@ -358,9 +372,7 @@ class FusedBackward:
             lines.append(f"    g{k} = ({expr}) if next_[{k}][0] is not None else None")
             outs.append(f"g{k}")
         lines.append(f"    return [{', '.join(outs)}]")
-        self.source = "\n".join(lines)
-        self._namespaces = (np_namespace, t_namespace)
-        self._fns = [None, None]
+        return "\n".join(lines)
 
     def _compile(self, which: int):
         glb = dict(self._namespaces[which]())
@@ -407,7 +419,7 @@ def make_node_class(rule, np_fns: tuple, t_fns: tuple, formula_params: tuple, ed
         "_fast": fast,
         # A formula that is a bare saved name (`self: other`) would hand out saved memory: the engine
         # must then not add into its result in place.
-        "_alias_free": all(not f.code_expr.is_Symbol or f.code_expr.name == "grad" for f in rule.formulas.values()),
+        "_alias_free": all(not f.is_bare_name or f.text.strip() == "grad" for f in rule.formulas.values()),
         "_n_outputs": rule.schema.num_outputs,
         "__doc__": f"Backward of ``{rule.schema.text}`` (derivatives.yaml line {rule.line}).",
         "__module__": "symgrad.autograd.generated",

@@ -11,6 +11,7 @@ ops need no Python at all: their forward is printed from the table's
 
 from __future__ import annotations
 
+import ast
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,17 +103,71 @@ def _elementwise_dtype_rule(expr: sympy.Expr) -> str:
     return "promote"
 
 
+def elementwise_dtype_rule_of_text(text: str) -> str:
+    """:func:`_elementwise_dtype_rule` read from the expression's syntax, without building it in sympy.
+
+    >>> elementwise_dtype_rule_of_text("self * other"), elementwise_dtype_rule_of_text("exp(self)")
+    ('promote', 'float')
+    """
+    tree = ast.parse(text.strip(), mode="eval").body
+    if isinstance(tree, (ast.Compare, ast.BoolOp)) or (
+            isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in _LOGICAL):
+        return "keep"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id not in _INTEGER_PRESERVING:
+            return "float"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return "float"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            e = node.right
+            negative = isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub)
+            e = e.operand if negative else e
+            if isinstance(e, ast.Constant) and (negative or not isinstance(e.value, int)):
+                return "float"
+    return "promote"
+
+
+_LOGICAL = {"Eq", "Ne", "And", "Or", "Not"}
+
+
+class _LazyForward:
+    """An elementwise op's numpy forward, printed from its sympy expression on the first call."""
+
+    __slots__ = ("op", "fn")
+
+    def __init__(self, op: OpDef) -> None:
+        self.op, self.fn = op, None
+
+    def resolve(self):
+        if self.fn is None:
+            op = self.op
+            params = tuple(a.name for a in op.rule.schema.args)
+            # elementwise forwards only use elementwise functions, never other ops
+            self.fn = compile_formula(op.rule.elementwise, params, vocab.NUMPY_FUNCTIONS,
+                                      name=f"forward_{op.rule.schema.name}")
+            if op.forward is self:
+                op.forward = self.fn
+        return self.fn
+
+    def __call__(self, *args):
+        return (self.fn or self.resolve())(*args)
+
+
+def resolved_forward(op: OpDef):
+    """``op.forward`` with an elementwise forward compiled (for code that captures the function)."""
+    fwd = op.forward
+    return fwd.resolve() if isinstance(fwd, _LazyForward) else fwd
+
+
 def _build(rule: table.Rule) -> OpDef:
     schema = rule.schema
     op = OpDef(key=rule.key, rule=rule)
     op.tensor_positions = tuple(i for i, a in enumerate(schema.args) if a.is_tensor)
     op.list_positions = tuple(i for i, a in enumerate(schema.args) if a.is_tensor_list)
-    if rule.elementwise is not None:
-        params = tuple(a.name for a in schema.args)
-        # elementwise forwards only use elementwise functions, never other ops
-        op.forward = compile_formula(rule.elementwise, params, vocab.NUMPY_FUNCTIONS,
-                                     name=f"forward_{rule.schema.name}")
-        op.dtype_rule = _elementwise_dtype_rule(rule.elementwise)
+    if rule.elementwise_text is not None:
+        op.forward = _LazyForward(op)
+        op.dtype_rule = elementwise_dtype_rule_of_text(rule.elementwise_text)
         op.float_only = False
     if rule.key in _FORWARDS:
         _set_forward(op, *_FORWARDS[rule.key])
@@ -455,7 +510,7 @@ def fast_call(op: OpDef):
     lines += ["    if reg._recorder is not None:", "        reg._recorder.record(op, args, (t,))", "    return t"]
     import sys
 
-    glb = {"Tensor": Tensor, "slow": _apply_simple, "op": op, "forward": op.forward, "ndarray": np.ndarray,
+    glb = {"Tensor": Tensor, "slow": _apply_simple, "op": op, "forward": resolved_forward(op), "ndarray": np.ndarray,
            "asarray": np.asarray, "fix": _fix_dtype, "new": object.__new__, "STATE": STATE,
            "compile_record": _compile_record, "SavedVariable": SavedVariable, "anomaly_state": _anomaly_state,
            "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error,

@@ -14,6 +14,8 @@ naming the entry and its line.
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,15 +77,40 @@ class Schema:
         return 1
 
 
-@dataclass
 class Formula:
-    """One input's vector-Jacobian product."""
+    """One input's vector-Jacobian product.
 
-    input: str
-    text: str
-    expr: sympy.Expr             # as written, with shape(x)/numel(x)/dtype(x) calls
-    code_expr: sympy.Expr        # metadata calls replaced by symbols such as `self__shape`
-    params: tuple[str, ...]      # names the compiled formula takes, in order
+    The sympy forms are built on first use: building all of the table's expressions costs
+    about 0.3 s, and a program uses a handful of ops.  ``params`` (the names the compiled
+    formula takes) is read from the formula's syntax tree, without sympy.
+    """
+
+    __slots__ = ("input", "text", "params", "_parse", "_exprs")
+
+    def __init__(self, input: str, text: str, params: tuple[str, ...], parse) -> None:
+        self.input, self.text, self.params = input, text, params
+        self._parse = parse        # () -> (expr, code_expr); raises RuleTableError on a bad formula
+        self._exprs = None
+
+    def _parsed(self):
+        if self._exprs is None:
+            self._exprs = self._parse()
+        return self._exprs
+
+    @property
+    def expr(self) -> sympy.Expr:
+        """The formula as written, with shape(x)/numel(x)/dtype(x) calls."""
+        return self._parsed()[0]
+
+    @property
+    def code_expr(self) -> sympy.Expr:
+        """The formula with metadata calls replaced by symbols such as ``self__shape``."""
+        return self._parsed()[1]
+
+    @property
+    def is_bare_name(self) -> bool:
+        """True when the formula is just a name (``self: other``): its value is saved memory."""
+        return self.text.strip().isidentifier()
 
     def __repr__(self) -> str:
         return f"Formula({self.input}: {self.text})"
@@ -94,11 +121,20 @@ class Rule:
     schema: Schema
     line: int
     node_name: str
-    elementwise: sympy.Expr | None
+    elementwise_text: str | None       # the forward of an elementwise op, in sympy syntax
     formulas: dict[str, Formula]
     non_differentiable: tuple[str, ...]
     output_differentiability: tuple[bool, ...]
     saved: dict[str, str] = field(default_factory=dict)  # saved name -> kind (tensor/value/meta)
+    _parse_elementwise: Any = field(default=None, repr=False, compare=False)
+    _elementwise: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def elementwise(self) -> sympy.Expr | None:
+        """The elementwise forward as a sympy expression of the schema's arguments (built on first use)."""
+        if self._elementwise is None and self.elementwise_text is not None:
+            self._elementwise = self._parse_elementwise()
+        return self._elementwise
 
     @property
     def key(self) -> str:
@@ -210,7 +246,52 @@ def _check_names(expr: sympy.Expr, allowed: set[str], where: str, functions=froz
                              f"{', '.join(sorted(known))}")
 
 
-def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=frozenset()) -> Rule:
+def _parse_elementwise(text: str, arg_names: set[str], where: str) -> sympy.Expr:
+    try:
+        expr = _parse_expr(text, arg_names)
+        _check_names(expr, arg_names, where + " elementwise")
+        return expr
+    except (SyntaxError, TypeError, ValueError, sympy.SympifyError, TokenError) as exc:
+        raise RuleTableError(f"{where}: cannot parse elementwise expression: {exc}") from None
+
+
+def _parse_formula(text: str, scope: set[str], functions, where: str, error: str):
+    """(expr, code_expr) of one formula, or RuleTableError naming its entry."""
+    try:
+        expr = _parse_expr(text, scope, functions)
+        _check_names(expr, scope, where, functions)
+        return expr, _metadata_to_symbols(expr, where)
+    except (SyntaxError, TypeError, ValueError, sympy.SympifyError, TokenError) as exc:
+        raise RuleTableError(f"{error}: {exc}") from None
+
+
+def _formula_params(text: str, scope: set[str]) -> tuple[str, ...] | None:
+    """The formula's parameter names from its Python syntax tree (what sympy would find free).
+
+    Names of the scope that are read as values, and ``x__shape`` for ``shape(x)`` (likewise
+    numel, dtype).  None when the text is not plain Python syntax (sympy then decides).
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+    found: set[str] = set()
+    meta_args: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in METADATA_FUNCS:
+            if len(node.args) != 1 or not isinstance(node.args[0], ast.Name):
+                return None
+            found.add(f"{node.args[0].id}__{node.func.id}")
+            meta_args.add(id(node.args[0]))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            meta_args.add(id(node.func))  # a called name is a function, not a value
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and id(node) not in meta_args and node.id in scope:
+            found.add(node.id)
+    return tuple(sorted(found, key=lambda n: (n != "grad", n)))
+
+
+def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=frozenset(), lazy: bool = False) -> Rule:
     where = f"derivatives.yaml line {line}"
     if not isinstance(entry, dict) or "name" not in entry:
         raise RuleTableError(f"{where}: each entry needs a 'name:' schema")
@@ -222,13 +303,11 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
     arg_names = {a.name for a in schema.args}
     scope = arg_names | {"grad", "grads", "result"} | {f"result{i}" for i in range(schema.num_outputs)}
 
-    elementwise = None
+    elementwise_text = None
+    parse_elementwise = None
     if "elementwise" in entry:
-        try:
-            elementwise = _parse_expr(entry["elementwise"], arg_names)
-            _check_names(elementwise, arg_names, where + " elementwise")
-        except (SyntaxError, TypeError, ValueError, sympy.SympifyError) as exc:
-            raise RuleTableError(f"{where}: cannot parse elementwise expression: {exc}") from None
+        elementwise_text = str(entry["elementwise"])
+        parse_elementwise = functools.partial(_parse_elementwise, elementwise_text, arg_names, where)
 
     formulas: dict[str, Formula] = {}
     non_diff: list[str] = []
@@ -242,15 +321,13 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
             non_diff.append(key)
             continue
         text = str(value)
-        try:
-            expr = _parse_expr(text, scope, functions)
-            _check_names(expr, scope, f"{where} formula for {key!r}", functions)
-            code_expr = _metadata_to_symbols(expr, f"{where} formula for {key!r}")
-        except (SyntaxError, TypeError, ValueError, sympy.SympifyError, TokenError) as exc:
-            raise RuleTableError(f"{where}: cannot parse formula for {key!r}: {text!r}: {exc}") from None
-        params = tuple(sorted((s.name for s in code_expr.free_symbols),
-                              key=lambda n: (n != "grad", n)))
-        formulas[key] = Formula(key, text, expr, code_expr, params)
+        parse = functools.partial(_parse_formula, text, scope, functions, f"{where} formula for {key!r}",
+                                  f"{where}: cannot parse formula for {key!r}: {text!r}")
+        params = _formula_params(text, scope) if lazy else None
+        if params is None:  # eager (or a formula whose syntax the fast path does not read): parse now
+            _, code_expr = parse()
+            params = tuple(sorted((s.name for s in code_expr.free_symbols), key=lambda n: (n != "grad", n)))
+        formulas[key] = Formula(key, text, params, parse)
 
     n_out = schema.num_outputs
     out_diff = entry.get("output_differentiability")
@@ -284,7 +361,11 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
                 saved[p] = "tensor"
             else:
                 saved[p] = "value"
-    return Rule(schema, line, node_name, elementwise, formulas, tuple(non_diff), tuple(out_diff), saved)
+    rule = Rule(schema, line, node_name, elementwise_text, formulas, tuple(non_diff), tuple(out_diff), saved,
+                parse_elementwise)
+    if not lazy and parse_elementwise is not None:
+        rule.elementwise  # noqa: B018 - parse now so that errors point at the entry at load time
+    return rule
 
 
 try:  # sympy raises tokenize errors for some malformed formulas
@@ -306,15 +387,30 @@ def _construct_mapping(loader, node, deep=False):
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_rules(text: str, counters: dict[str, int] | None = None, known_ops=frozenset()) -> dict[str, Rule]:
+class _FastLineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The same with libyaml's parser when PyYAML has it (about 10x faster; its errors say less,
+    so a failure is parsed again by :class:`_LineLoader` for the message)."""
+
+
+_FastLineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_rules(text: str, counters: dict[str, int] | None = None, known_ops=frozenset(),
+                lazy: bool = False) -> dict[str, Rule]:
     """Parse YAML text in the table's format into rules keyed by ``op.overload``.
+
+    With ``lazy``, derivative formulas are turned into sympy expressions on first use
+    (schemas, names, node names and saved-value plans are still checked now).
 
     >>> parse_rules("- name: cube(Tensor self) -> Tensor\\n  elementwise: self**3\\n"
     ...             "  self: 3 * grad * self**2\\n")["cube"].node_name
     'CubeBackward0'
     """
     try:
-        entries = yaml.load(text, Loader=_LineLoader)
+        try:
+            entries = yaml.load(text, Loader=_FastLineLoader)
+        except yaml.YAMLError:
+            entries = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         raise RuleTableError(f"derivatives.yaml is not valid YAML: {exc}") from None
     if entries is None:
@@ -333,7 +429,7 @@ def parse_rules(text: str, counters: dict[str, int] | None = None, known_ops=fro
     rules: dict[str, Rule] = {}
     for entry in entries:
         line = entry.pop("__line__", 0) if isinstance(entry, dict) else 0
-        rule = _build_rule(entry, line, counters, functions)
+        rule = _build_rule(entry, line, counters, functions, lazy)
         if rule.key in rules:
             raise RuleTableError(f"derivatives.yaml line {line}: duplicate entry {rule.key!r} "
                                  f"(first at line {rules[rule.key].line})")
@@ -345,11 +441,16 @@ _cache: dict[str, Rule] | None = None
 _counters: dict[str, int] = {}
 
 
-def load_rules() -> dict[str, Rule]:
-    """The shipped rule table, parsed once."""
+def load_rules(validate: bool = False) -> dict[str, Rule]:
+    """The shipped rule table, parsed once (formulas lazily; ``validate`` parses them all now)."""
     global _cache
     if _cache is None:
-        _cache = parse_rules(TABLE_PATH.read_text(), _counters)
+        _cache = parse_rules(TABLE_PATH.read_text(), _counters, lazy=True)
+    if validate:
+        for rule in _cache.values():
+            rule.elementwise  # noqa: B018 - parsing is the check
+            for f in rule.formulas.values():
+                f.expr  # noqa: B018
     return _cache
 
 
