@@ -22,10 +22,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .autograd import engine
+from .autograd.node import AccumulateGrad
 from .ir.graph import Graph
 from .ir.interpreter import interpret, replay
 from .ir.simplify import simplify as simplify_graph
 from .ir.tracer import trace
+from .ops import registry
 from .tensor import Tensor
 
 
@@ -53,8 +55,10 @@ def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool =
         pairs = [(outs[k], t) for k, t in zip(diff_outputs, tangent_args) if outs[k].requires_grad]
         targets = [primals[i] for i in wrt]
         if pairs and targets:
+            provenance = _Provenance([o for o, _ in pairs])
             grads = engine.grad([o for o, _ in pairs], targets, grad_outputs=[t for _, t in pairs],
                                 create_graph=True, allow_unused=True)
+            provenance.finish()
         else:
             grads = (None,) * len(targets)
         return tuple(outs) + tuple(grads)
@@ -69,6 +73,66 @@ def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool =
     if simplify:
         simplify_graph(joint_graph)
     return joint_graph
+
+
+class _Provenance:
+    """Tags each backward IR node with the rule that produced it (for ``symgrad inspect``).
+
+    While the engine runs the replayed graph's backward nodes, a pre-hook and a post-hook on each
+    node delimit the IR nodes its formulas record; they get ``meta["grad_rule"]`` (the node class,
+    ``MulBackward0``), ``meta["grad_key"]`` (the table entry, ``mul.Tensor``) and ``meta["grad_of"]``
+    (the name of the forward value the node differentiates).  Nodes recorded between two backward
+    nodes (summing the contributions of a value used twice, reducing a broadcast gradient) are
+    tagged ``grad_rule="engine"``.  Tags are plain strings in ``Node.meta``; the graph is
+    unchanged.
+    """
+
+    def __init__(self, outputs) -> None:
+        tracer = registry._recorder
+        self.nodes = tracer.graph.nodes if tracer is not None else None
+        if self.nodes is None:
+            return
+        forward_of = {}
+        for t, v in list(tracer._values.values()):
+            fn = t._grad_fn
+            if fn is not None and fn not in forward_of:
+                forward_of[fn] = v.name
+        self.mark = len(self.nodes)
+        seen, stack = set(), [o._grad_fn for o in outputs if o._grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if node in seen or isinstance(node, AccumulateGrad):
+                continue
+            seen.add(node)
+            stack.extend(n for n, _ in node.next_functions if n is not None)
+            self._hook(node, forward_of.get(node))
+
+    def _tag(self, start: int, end: int, **tags) -> None:
+        for n in self.nodes[start:end]:
+            if "grad_rule" not in n.meta:
+                n.meta.update(tags)
+
+    def _hook(self, node, forward_name) -> None:
+        state = {}
+        rule = getattr(node, "_rule", None)
+
+        def pre(grad):
+            if "start" not in state:
+                self._tag(self.mark, len(self.nodes), grad_rule="engine", grad_key=None, grad_of=None)
+                state["start"] = len(self.nodes)
+
+        def post(grad_inputs, grad_outputs):
+            self._tag(state.get("start", self.mark), len(self.nodes), grad_rule=type(node).__name__,
+                      grad_key=rule.key if rule is not None else None, grad_of=forward_name)
+            self.mark = len(self.nodes)
+
+        for nr in range(max(node._n_outputs, 1)):
+            node._add_tensor_hook(nr, pre)
+        node.register_hook(post)
+
+    def finish(self) -> None:
+        if self.nodes is not None:
+            self._tag(self.mark, len(self.nodes), grad_rule="engine", grad_key=None, grad_of=None)
 
 
 def value_and_grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
