@@ -63,3 +63,8 @@ from .compile import CompiledFunction, compile, grad, value_and_grad  # noqa: E4
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"
+
+from . import logs as _logs  # noqa: E402
+
+if _logs.ENV in __import__("os").environ:  # SYMGRAD_LOG=trace,code,... (see symgrad/logs.py)
+    _logs.configure()
