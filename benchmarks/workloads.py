@@ -12,7 +12,8 @@ Every workload is one forward+backward of a scalar loss and comes with
 
 Workloads (float64 unless said):
 
-- **W1** ``sum(sin(x)*exp(-x*x) + log1p(x*x)*tanh(x))``, x of 1e6 and of 1e3 elements, x ~ U(-3, 3).
+- **W1** ``sum(sin(x)*exp(-x*x) + log1p(x*x)*tanh(x))``, x of 1e6 and of 1e3 elements (and 1e7 for
+  the benchmark suite's scaling runs), x ~ U(-3, 3).
 - **W2** ``mean(tanh(x*w + b)**2)``, x[1000,1000], w[1000], b[1000] (broadcast over the last
   axis); grads for x, w, b.
 - **W3** MLP ``mean((tanh(X@W1+b1)@W2+b2 - Y)**2)``, X[256,64], W1[64,128], b1[128], W2[128,1],
@@ -37,12 +38,13 @@ Workloads (float64 unless said):
   labels[4096] ~ U{0..511} (int64); grad for L.
 
 ``python -m benchmarks.workloads`` checks every hand gradient against central finite differences.
+:func:`sized` gives a copy of a workload with its batch dimension scaled (the suite's ``--size-scale``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -108,12 +110,12 @@ def w1_torch_like(T, x):
 
 # --- W2 ------------------------------------------------------------------------------------------
 
-def _w2_inputs() -> dict[str, np.ndarray]:
+def _w2_inputs(rows: int = 1000, cols: int = 1000) -> dict[str, np.ndarray]:
     r = _rng(2)
     return {
-        "x": r.standard_normal((1000, 1000)),
-        "w": r.standard_normal(1000),
-        "b": r.standard_normal(1000),
+        "x": r.standard_normal((rows, cols)),
+        "w": r.standard_normal(cols),
+        "b": r.standard_normal(cols),
     }
 
 
@@ -144,16 +146,16 @@ def w2_torch_like(T, x, w, b):
 
 # --- W3 ------------------------------------------------------------------------------------------
 
-def _w3_inputs(dtype) -> Callable[[], dict[str, np.ndarray]]:
+def _w3_inputs(dtype, batch: int = 256) -> Callable[[], dict[str, np.ndarray]]:
     def make() -> dict[str, np.ndarray]:
         r = _rng(3)
         arrs = {
-            "X": r.standard_normal((256, 64)),
+            "X": r.standard_normal((batch, 64)),
             "W1": r.standard_normal((64, 128)) / np.sqrt(64.0),
             "b1": 0.1 * r.standard_normal(128),
             "W2": r.standard_normal((128, 1)) / np.sqrt(128.0),
             "b2": 0.1 * r.standard_normal(1),
-            "Y": r.standard_normal((256, 1)),
+            "Y": r.standard_normal((batch, 1)),
         }
         return {k: v.astype(dtype) for k, v in arrs.items()}
 
@@ -280,11 +282,11 @@ def w4_torch_like(T, x):
 
 # --- W5 ------------------------------------------------------------------------------------------
 
-def _w5_inputs() -> dict[str, np.ndarray]:
+def _w5_inputs(rows: int = 4096, cols: int = 512) -> dict[str, np.ndarray]:
     r = _rng(5)
     return {
-        "L": 3.0 * r.standard_normal((4096, 512)),
-        "labels": r.integers(0, 512, size=4096, dtype=np.int64),
+        "L": 3.0 * r.standard_normal((rows, cols)),
+        "labels": r.integers(0, cols, size=rows, dtype=np.int64),
     }
 
 
@@ -325,6 +327,8 @@ WORKLOADS: dict[str, Workload] = {
                  w1_numpy_forward, w1_numpy_value_and_grad, w1_torch_like),
         Workload("W1 1e3", W1_DESC + ", x[1000]", _w1_inputs(1000), ("x",),
                  w1_numpy_forward, w1_numpy_value_and_grad, w1_torch_like),
+        Workload("W1 1e7", W1_DESC + ", x[10_000_000]", _w1_inputs(10_000_000), ("x",),
+                 w1_numpy_forward, w1_numpy_value_and_grad, w1_torch_like),
         Workload("W2", "mean(tanh(x*w + b)**2), x[1000,1000], w[1000], b[1000]", _w2_inputs,
                  ("x", "w", "b"), w2_numpy_forward, w2_numpy_value_and_grad, w2_torch_like),
         Workload("W3 f32", "mean((tanh(X@W1+b1)@W2+b2 - Y)**2), X[256,64], W1[64,128], W2[128,1], float32",
@@ -339,6 +343,40 @@ WORKLOADS: dict[str, Workload] = {
                  ("L",), w5_numpy_forward, w5_numpy_value_and_grad, w5_torch_like),
     ]
 }
+
+
+def w1_sized(n: int) -> Workload:
+    """W1 on ``x[n]`` (the suite's runtime-vs-N curve)."""
+    return replace(WORKLOADS["W1 1e6"], name=f"W1 n={n}", description=W1_DESC + f", x[{n}]",
+                   make_inputs=_w1_inputs(n))
+
+
+def sized(name: str, scale: float) -> Workload:
+    """Workload ``name`` with its batch dimension multiplied by ``scale`` (at least 1; same name).
+
+    W1: the number of elements; W2: the rows of x; W3: the batch (rows of X and Y); W5: the rows of L;
+    W4 (per-call overhead, 10 elements) is never scaled.  ``scale == 1`` returns the workload itself.
+    """
+    w = WORKLOADS[name]
+    if scale == 1 or name == "W4":
+        return w
+    rows = lambda n: max(1, round(n * scale))  # noqa: E731
+    if name.startswith("W1"):
+        n = rows(int(float(name.split()[1])))
+        make, desc = _w1_inputs(n), W1_DESC + f", x[{n}]"
+    elif name == "W2":
+        n = rows(1000)
+        make, desc = (lambda: _w2_inputs(n)), f"mean(tanh(x*w + b)**2), x[{n},1000], w[1000], b[1000]"
+    elif name.startswith("W3"):
+        n = rows(256)
+        dtype = np.float32 if w.dtype == "float32" else np.float64
+        make, desc = _w3_inputs(dtype, n), w.description.replace("X[256,64]", f"X[{n},64]")
+    elif name == "W5":
+        n = rows(4096)
+        make, desc = (lambda: _w5_inputs(n)), f"mean(logsumexp(L, axis=1) - L[range, labels]), L[{n},512]"
+    else:
+        raise KeyError(name)
+    return replace(w, description=desc, make_inputs=make)
 
 
 # --- checking ------------------------------------------------------------------------------------

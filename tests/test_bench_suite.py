@@ -1,0 +1,155 @@
+"""benchmarks/suite.py: a tiny run end to end (JSON schema, every timed implementation verified), and the
+checking rules (a wrong or failing implementation is excluded, a missing peer skipped).  No wall-clock
+time is asserted anywhere: the machine's speed is not under test."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import peers, suite
+from benchmarks.workloads import sized
+
+REPO = Path(__file__).resolve().parents[1]
+IMPLS = "hand,numpy,sg-vg,sg-compile,sg-eager,autograd"  # autograd: an optional peer (may be absent)
+STATUSES = {"ok", "skipped", "mismatch", "error"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SYMGRAD_CACHE_DIR=str(out / "cache"))
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--quick", "--size-scale", "0.001", "--only", "W1,W4",
+           "--impls", IMPLS, "--parts", "table,scaling", "--min-sample-time", "0.002",
+           "--json", str(out / "r.json")]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout, json.loads((out / "r.json").read_text()), out
+
+
+def test_tiny_run_prints_the_table(tiny_run):
+    stdout, _, _ = tiny_run
+    assert "| implementation | W1 1e6 | W1 1e3 | W4 |" in stdout
+    assert "| hand Numba |" in stdout
+    assert "| symgrad value_and_grad |" in stdout
+
+
+def test_json_schema(tiny_run):
+    _, doc, _ = tiny_run
+    assert doc["benchmark"] == "suite" and doc["schema_version"] == suite.SCHEMA_VERSION
+    for key in ("date", "command", "machine", "versions", "threads", "settings", "baseline", "implementations",
+                "workloads", "scaling", "latency", "compile_scaling", "memory", "elapsed_s"):
+        assert key in doc, key
+    assert doc["baseline"] == peers.BASELINE
+    assert doc["settings"]["quick"] is True and doc["settings"]["size_scale"] == 0.001
+    for key in ("python", "numpy", "numba", "symgrad"):
+        assert doc["versions"][key]
+    assert {i["key"] for i in doc["implementations"]} == set(peers.BY_KEY)
+    assert [r["workload"] for r in doc["workloads"]] == ["W1 1e6", "W1 1e3", "W4"]
+    assert doc["workloads"][0]["inputs"] == {"x": {"shape": [1000], "dtype": "float64"}}
+    assert doc["latency"] is None and doc["memory"] is None  # not among --parts
+
+
+def test_every_implementation_verified_before_timing(tiny_run):
+    _, doc, _ = tiny_run
+    selected = [peers.BY_KEY[k].name for k in IMPLS.split(",")]
+    records = doc["workloads"] + [p for p in doc["scaling"]["points"] if p["source"] != "table"]
+    for rec in records:
+        assert rec["reference_problems"] == []
+        assert set(rec["results"]) == set(selected), rec["workload"]
+        for name, e in rec["results"].items():
+            assert e["status"] in STATUSES
+            if e["status"] == "skipped":
+                assert e["reason"] and name == "HIPS autograd"  # only the optional peer may be missing
+                continue
+            assert e["status"] == "ok", (rec["workload"], name, e.get("problems"))
+            assert e["verified"] is True
+            t = e["timing"]
+            assert t["samples"] >= 7 and len(t["per_call_s"]) == t["samples"]
+            assert t["median_s"] > 0 and e["ratio_to_baseline"] > 0
+        assert rec["results"][peers.BASELINE]["ratio_to_baseline"] == pytest.approx(1.0)
+
+
+def test_scaling_points(tiny_run):
+    _, doc, _ = tiny_run
+    pts = doc["scaling"]["points"]
+    assert [p["n"] for p in pts] == [1, 100, 1000]  # 1e3, 1e5, 1e6 scaled by 0.001
+    assert [p["source"] for p in pts] == ["table", "scaling run", "table"]
+
+
+def test_plots_from_the_json(tiny_run):
+    pytest.importorskip("matplotlib")
+    from benchmarks import plots
+    _, doc, out = tiny_run
+    written = plots.write_all(doc, str(out / "plots"))
+    assert sorted(os.path.basename(p) for p in written) == ["ratios.png", "w1_scaling.png"]
+    for p in written:
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- the checking rules, in this process -----------------------------------------------------------------
+
+def _fake(key, build):
+    return peers.Impl(key, f"fake {key}", "peer", 1, "numpy", build)
+
+
+def _wrong_grad(w, inputs, _np):
+    def call():
+        value, grads = w.numpy_value_and_grad(**inputs)
+        return value, {"x": grads["x"] * (1 + 1e-3)}
+    return peers.Prepared(call, lambda out: out)
+
+
+def _raises(w, inputs, _np):
+    def call():
+        raise NotImplementedError("op not supported")
+    return peers.Prepared(call, lambda out: out)
+
+
+def test_mismatch_and_error_are_excluded_not_timed():
+    w = sized("W1 1e3", 0.01)
+    impls = [peers.BY_KEY["numpy"], _fake("wrong", _wrong_grad), _fake("raises", _raises)]
+    lines = []
+    rec = suite.run_workload(w, impls, samples=7, min_sample_time=0.001, log=lines.append)
+    res = rec["results"]
+    assert res["numpy hand grad"]["status"] == "ok" and "timing" in res["numpy hand grad"]
+    assert res["fake wrong"]["status"] == "mismatch" and res["fake wrong"]["verified"] is False
+    assert "grad of x" in res["fake wrong"]["problems"][0] and "timing" not in res["fake wrong"]
+    assert res["fake raises"]["status"] == "error" and "NotImplementedError" in res["fake raises"]["problems"][0]
+    assert "timing" not in res["fake raises"]
+    assert any("fake wrong does not match the numpy reference, EXCLUDED" in ln for ln in lines)
+
+
+def test_missing_peer_is_skipped_with_a_reason(monkeypatch):
+    def missing():
+        raise ImportError("No module named 'nosuchpeer'")
+
+    monkeypatch.setitem(peers._LOADERS, "nosuchpeer", missing)
+    monkeypatch.setattr(peers, "_loaded", dict(peers._loaded))
+    impl = peers.Impl("nosuch", "no such peer", "peer", 1, "nosuchpeer", peers.build_numpy)
+    rec = suite.run_workload(sized("W1 1e3", 0.01), [impl], samples=7, min_sample_time=0.001, log=lambda s: None)
+    e = rec["results"]["no such peer"]
+    assert e["status"] == "skipped" and "import failed" in e["reason"] and "nosuchpeer" in e["reason"]
+
+
+def test_float32_reference_is_float64():
+    w = sized("W3 f32", 0.05)
+    rec = suite.run_workload(w, [peers.BY_KEY["numpy"]], samples=7, min_sample_time=0.001, log=lambda s: None)
+    assert rec["rtol"] == suite.F32_RTOL
+    assert rec["results"]["numpy hand grad"]["status"] == "ok"
+
+
+def test_verify_reports_each_gradient():
+    w = sized("W2", 0.01)
+    inputs = w.make_inputs()
+    value, grads = w.numpy_value_and_grad(**inputs)
+    assert suite.verify(w, value, grads, value, grads) == []
+    bad = dict(grads, w=grads["w"] + 1.0, b=None)
+    problems = suite.verify(w, value + 1.0, bad, value, grads)
+    assert len(problems) == 3
+    assert problems[0].startswith("loss") and "grad of w" in problems[1] and "grad of b: missing" in problems[2]
+    assert np.isfinite(value)
