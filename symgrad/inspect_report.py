@@ -214,13 +214,14 @@ def format_partition(info: dict | None) -> str:
 
 @dataclass
 class ModuleSource:
-    """A generated kernel module as a file would hold it, and its array constants."""
+    """A generated kernel function written out as a module that imports and runs on its own."""
 
     kernel: str                 # "forward" or "backward"
     text: str
     arrays: dict = field(default_factory=dict)
-    path: str | None = None     # the module file in the kernel cache, when it came from there
-    exact: bool = True          # False: rebuilt from an in-memory compile (same code, written as a module)
+    path: str | None = None     # the module file the whole function came from, when it was one
+    kernel_files: list = field(default_factory=list)  # kernel-cache modules its loop kernels came from
+    exact: bool = True          # True: ``text`` is that module file as is
 
     def write(self, directory: str) -> list[str]:
         """Write ``<kernel>.py`` (and ``<kernel>.npz`` for array constants) into ``directory``."""
@@ -235,71 +236,176 @@ class ModuleSource:
         return written
 
 
-def module_source(fn, kernel: str) -> ModuleSource | None:
-    """The module that defines the generated function ``fn``.
+def _is_dispatcher(v) -> bool:
+    return hasattr(v, "py_func") and hasattr(v, "targetoptions")
 
-    Functions loaded from the kernel cache (``codegen.jit``) are module files: their text is read
-    back, with the ``.npz`` of constants beside it.  A function compiled in memory (cache off or
-    unusable) is written out as an equivalent module: the same kernels and glue, with the names
-    they use imported instead of injected.
-    """
-    if fn is None:
-        return None
+
+def _kernel_module_file(fn) -> str | None:
+    """The kernel-cache module file (``symgrad_kernels_*.py``) that defines ``fn``, if any."""
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     path = getattr(module, "__file__", None)
     if path and os.path.basename(path).startswith("symgrad_kernels_") and os.path.exists(path):
+        return path
+    return None
+
+
+def kernel_files(fn) -> list[str]:
+    """The kernel-cache module files that the generated function ``fn`` and its loop kernels come from."""
+    files = []
+    own = _kernel_module_file(fn) if fn is not None else None
+    if own:
+        files.append(own)
+    for v in (getattr(fn, "__globals__", {}) if fn is not None else {}).values():
+        if _is_dispatcher(v):
+            path = _kernel_module_file(v.py_func)
+            if path and path not in files:
+                files.append(path)
+    return files
+
+
+def _importable(name: str, v) -> tuple[str, str] | None:
+    """(module, attribute) from which ``v`` can be imported, or None (generated code, exec'd objects)."""
+    target = v.py_func if _is_dispatcher(v) else v
+    mod_name = getattr(target, "__module__", None)
+    attr = getattr(target, "__name__", None)
+    if isinstance(v, np.ufunc):
+        mod_name = "numpy"
+    if not mod_name or not attr or mod_name.startswith("symgrad_kernels_"):
+        return None
+    module = sys.modules.get(mod_name)
+    if module is None or getattr(module, attr, None) is not v:
+        return None
+    return mod_name, attr
+
+
+def _block(source: str, name: str) -> str | None:
+    """The top-level ``def name(...)`` block of ``source`` (without decorators), or None."""
+    lines = source.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(f"def {name}("):
+            j = i + 1
+            while j < len(lines) and (not lines[j] or lines[j][0] in " \t"):
+                j += 1
+            return "\n".join(lines[i:j]).rstrip()
+    return None
+
+
+def _function_source(fn, sources: list[str]) -> str:
+    import inspect
+
+    name = fn.__name__
+    for src in sources:
+        block = _block(src or "", name)
+        if block is not None:
+            return block
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        raise ValueError(f"the source of generated function {name!r} is not available") from None
+    return _block(text, name) or text
+
+
+def _decorator(d) -> str:
+    opts = {k: v for k, v in d.targetoptions.items() if k != "nopython" and v is not None}
+    if type(getattr(d, "_cache", None)).__name__ not in ("NullCache", "NoneType"):
+        opts = {"cache": True, **opts}
+    return f"@njit({', '.join(f'{k}={v!r}' for k, v in opts.items())})"
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _code_names(c)
+    return names
+
+
+def module_source(fn, kernel: str) -> ModuleSource | None:
+    """The generated function ``fn`` (a forward or backward) as a self-contained module.
+
+    When ``fn`` itself was imported from a kernel-cache module file, that file is returned as it is
+    (with the ``.npz`` of constants beside it).  Otherwise the module is assembled from what runs:
+    the function's source and the source of each loop kernel it calls (the very text that was
+    compiled), with every other name it uses (scalar math, numpy, op forwards, array constants)
+    imported or loaded instead of injected.
+    """
+    if fn is None:
+        return None
+    path = _kernel_module_file(fn)
+    if path is not None:
         with open(path) as f:
             text = f.read()
         npz = path[:-3] + ".npz"
         arrays = dict(np.load(npz)) if os.path.exists(npz) else {}
-        return ModuleSource(kernel, text, arrays, path, True)
-    return _rebuilt_module(fn, kernel)
+        return ModuleSource(kernel, text, arrays, path, [path], True)
+    return _assembled_module(fn, kernel)
 
 
-def _rebuilt_module(fn, kernel: str) -> ModuleSource:
-    from codegen.scalar_math import IMPORT_LINES, SCALAR_NAMESPACE
+def _assembled_module(fn, kernel: str) -> ModuleSource:
+    import builtins
 
-    from .ops import vocab
+    sources = [getattr(fn, "__source__", "")]
+    imports = ["import numpy as np", "from numba import njit"]
+    defs: list[str] = []
+    kernels: list[str] = []
+    arrays: dict = {}
+    files: list[str] = []
+    done: set = {"np", "njit"}
+    ops = fn.__globals__.get("__ops__", {})
 
-    source = getattr(fn, "__source__", "")
-    glb = getattr(fn, "__globals__", {})
-    ops = glb.get("__ops__", {})
-    lines = [f"# symgrad generated {kernel} kernels (compiled in memory; written out by symgrad inspect)",
-             IMPORT_LINES.rstrip("\n"), "from numpy import asarray", "from symgrad.ops.registry import get as _op",
-             "from symgrad.ops.vocab import NUMPY_FUNCTIONS as _NUMPY_FUNCTIONS", ""]
-    arrays = {}
-    defined = set()
-    for block in source.split("\n\n"):
-        for line in block.split("\n"):
-            if line.startswith("def "):
-                defined.add(line[4:line.index("(")])
-    for key, value in glb.items():
-        if key.startswith("__") or key in defined or key in ("asarray", "np", "math"):
-            continue
-        if key in SCALAR_NAMESPACE and SCALAR_NAMESPACE[key] is value:
-            continue
-        if key in ops:
-            lines.append(f"{key} = _op({ops[key]!r}).forward")
-        elif isinstance(value, np.ndarray):
-            arrays[key] = value
-            lines.append(f"{key} = _C[{key!r}]")
-        elif key in vocab.NUMPY_FUNCTIONS and vocab.NUMPY_FUNCTIONS[key] is value:
-            lines.append(f"{key} = _NUMPY_FUNCTIONS[{key!r}]")
-        elif isinstance(value, (int, float, bool, str, type(None))):
-            lines.append(f"{key} = {value!r}")
-        else:
-            lines.append(f"# {key}: a {type(value).__name__} the module cannot spell out")
+    def resolve(names: set, glb: dict) -> None:
+        for key in sorted(names):
+            if key in done or key not in glb:
+                continue
+            v = glb[key]
+            if getattr(builtins, key, None) is v:
+                continue
+            done.add(key)
+            if key in ops:
+                imports.append("from symgrad.ops.registry import get as _op")
+                defs.append(f"{key} = _op({ops[key]!r}).forward")
+            elif isinstance(v, type(np)):
+                imports.append(f"import {v.__name__}" + (f" as {key}" if key != v.__name__ else ""))
+            elif _importable(key, v) is not None:
+                mod, attr = _importable(key, v)
+                imports.append(f"from {mod} import {attr}" + (f" as {key}" if key != attr else ""))
+            elif _is_dispatcher(v):  # a generated loop kernel: its source, then what it uses
+                k_path = _kernel_module_file(v.py_func)
+                if k_path and k_path not in files:
+                    files.append(k_path)
+                    with open(k_path) as f:
+                        sources.append(f.read())
+                body = _function_source(v.py_func, sources)
+                kernels.append(f"{_decorator(v)}\n{body}")
+                resolve(_code_names(v.py_func.__code__), v.py_func.__globals__)
+            elif isinstance(v, np.ndarray):
+                arrays[key] = v
+                defs.append(f"{key} = _C[{key!r}]")
+            elif isinstance(v, (int, float, bool, str, type(None))) or (
+                    isinstance(v, tuple) and all(isinstance(x, (int, float, bool, type(None))) for x in v)):
+                defs.append(f"{key} = {v!r}")
+            else:
+                raise ValueError(f"generated {kernel} uses {key!r}, a {type(v).__name__} that cannot be "
+                                 "written into a module")
+
+    glue = _function_source(fn, sources)
+    resolve(_code_names(fn.__code__), fn.__globals__)
     if arrays:
-        lines.insert(lines.index(""), "_C = dict(np.load(__file__[:-3] + '.npz'))")
-    body = source.replace("@njit\n", "@njit(error_model='numpy')\n")
-    return ModuleSource(kernel, "\n".join(lines) + "\n\n\n" + body + "\n", arrays, None, False)
+        defs.insert(0, "_C = dict(np.load(__file__[:-3] + '.npz'))")
+    origin = (f"loop kernels from {', '.join(files)}; " if files else "") + "Python glue compiled in memory"
+    head = [f"# symgrad generated {kernel}: the code that runs, as one module ({origin})",
+            *dict.fromkeys(imports)]
+    parts = ["\n".join(head), "\n".join(defs)] if defs else ["\n".join(head)]
+    text = "\n\n".join(parts + kernels + [glue]) + "\n"
+    return ModuleSource(kernel, text, arrays, None, files, False)
 
 
 # --- running it once --------------------------------------------------------------------------------
 
 def _dispatchers(fn) -> list:
+    """The generated loop kernels ``fn`` calls (not the scalar helpers it imports)."""
     glb = getattr(fn, "__globals__", {}) if fn is not None else {}
-    return [v for v in glb.values() if hasattr(v, "stats") and hasattr(v, "py_func")]
+    return [v for k, v in glb.items() if _is_dispatcher(v) and hasattr(v, "stats") and _importable(k, v) is None]
 
 
 def _numba_counts(fns) -> tuple[int, int]:
@@ -397,11 +503,11 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
         if src is None:
             continue
         modules[kernel] = src
-        if src.path:
-            status = "reused" if os.path.basename(src.path) in before else "written"
-        else:
-            status = "in memory (not cached)"
-        cache_modules.append({"kernel": kernel, "module": src.path, "status": status})
+        for path in src.kernel_files:
+            status = "reused" if os.path.basename(path) in before else "written"
+            cache_modules.append({"kernel": kernel, "module": path, "status": status})
+        if not src.kernel_files:
+            cache_modules.append({"kernel": kernel, "module": None, "status": "compiled in memory (not cached)"})
     hits, misses = _numba_counts([k.forward, k.backward])
     cache = {"kernel_modules": cache_modules, "numba_cache_hits": hits, "numba_cache_misses": misses}
     stats = compiled.stats() if hasattr(compiled, "stats") else {}
@@ -471,7 +577,7 @@ def format_source(modules: dict) -> str:
         return "no kernels"
     parts = []
     for kernel, m in modules.items():
-        where = m.path if m.path else "compiled in memory; written as an equivalent module"
+        where = f"the module file {m.path}" if m.path else f"{kernel}.py with --out"
         consts = f", constants {', '.join(sorted(m.arrays))} in {kernel}.npz" if m.arrays else ""
         parts.append(f"# ---- {kernel}: {where}{consts}\n{m.text.rstrip()}")
     return "\n\n".join(parts)

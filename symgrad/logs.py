@@ -119,6 +119,14 @@ def report_build(compiled_function, kernels) -> None:
     """
     if not any_enabled():
         return
+    try:
+        _report_build(compiled_function, kernels)
+    except Exception as exc:  # logging must never break a compile
+        logging.getLogger("symgrad").warning("symgrad.logs: could not report a build: %s: %s",
+                                             type(exc).__name__, exc)
+
+
+def _report_build(compiled_function, kernels) -> None:
     from . import inspect_report as ir
 
     fn = getattr(compiled_function, "fn", compiled_function)
@@ -153,16 +161,16 @@ def report_build(compiled_function, kernels) -> None:
         built = sum(v for k, v in t.items() if isinstance(v, (int, float)) and k.endswith("_s"))
         for kernel in ("forward", "backward", "joint"):
             fn_k = getattr(kernels, kernel if kernel != "joint" else "joint_fn", None)
-            src = ir.module_source(fn_k, kernel) if fn_k is not None else None
-            if src is None:
+            if fn_k is None:
                 continue
-            if src.path is None:
+            files = ir.kernel_files(fn_k)
+            if not files:
                 log("cache", "%s kernel of %s: compiled in memory (kernel cache off or unusable)", kernel, name)
-                continue
-            fresh = os.path.getmtime(src.path) >= now - built - 1.0
-            log("cache", "%s kernel of %s: module %s %s", kernel, name, src.path,
-                "written now (Numba compiles it on the first call and caches the machine code)" if fresh
-                else "reused from the kernel cache (Numba loads its cached machine code)")
+            for path in files:
+                fresh = os.path.getmtime(path) >= now - built - 1.0
+                log("cache", "%s kernel of %s: module %s %s", kernel, name, path,
+                    "written now (Numba compiles it on the first call and caches the machine code)" if fresh
+                    else "reused from the kernel cache (Numba loads its cached machine code)")
         extra = {k: v for k, v in t.items() if "cache" in k or "numba" in k}
         stats = compiled_function.stats() if hasattr(compiled_function, "stats") else {}
         counters = {k: v for k, v in stats.items() if k in ("calls", "traces", "cache_hits") or "cache" in k}
