@@ -6,6 +6,13 @@
 - :mod:`benchmarks.timing` - interleaved, round-robin timing: medians of >= 7 samples of >= 20 ms.
 - :mod:`benchmarks.eager` - ``python -m benchmarks.eager``: eager forward+backward per call,
   symgrad vs the numpy hand gradient vs torch eager.
+- :mod:`benchmarks.compiled` - ``python -m benchmarks.compiled``: symgrad's compiled modes vs a hand
+  Numba kernel; :mod:`benchmarks.trace_cost` - trace + autodiff cost of long chains.
+- :mod:`benchmarks.suite` - ``python -m benchmarks.suite``: the suite against the peers users would
+  otherwise pick (see ``benchmarks/README.md``), built from :mod:`benchmarks.peers` (one builder per
+  tool), :mod:`benchmarks.kernels` (hand-written Numba kernels), :mod:`benchmarks.latency` (first-call
+  latency and compile time, in subprocesses), :mod:`benchmarks.memory` (peak RSS, in subprocesses) and
+  :mod:`benchmarks.plots` (PNG plots).
 
 This package deliberately imports nothing at import time, so ``benchmarks.eager`` run as a script
 can set the BLAS/OpenMP thread variables before numpy is first imported.

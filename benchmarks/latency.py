@@ -204,10 +204,16 @@ def compile_chains(tool: str, sizes: list[int], cache: str) -> dict:
     first(2, small)  # untimed: loads whatever the tool imports lazily
     rows = []
     for n in sizes:
-        dt, v, g, stages = first(n, x)
+        try:
+            dt, v, g, stages = first(n, x)
+        except Exception as exc:  # noqa: BLE001 - e.g. PyTensor's RecursionError on long chains: report it
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            rows.append({"ops": n, "seconds": None, "matches_numpy": False, "stages": None,
+                         "error": f"{type(exc).__name__}: {msg}"})
+            continue
         want_v, want_g = numpy_value_and_grad(n, x, np.ones_like(x))
         ok = bool(np.allclose(float(v), want_v.sum(), rtol=1e-9) and np.allclose(g, want_g, rtol=1e-8, atol=1e-12))
-        rows.append({"ops": n, "seconds": dt, "matches_numpy": ok, "stages": stages})
+        rows.append({"ops": n, "seconds": dt, "matches_numpy": ok, "stages": stages, "error": None})
     return {"chains": rows}
 
 
@@ -307,7 +313,8 @@ def compile_scaling(tools: list[str], sizes: list[int], log, timeout: float = 90
             log(f"  compile time vs ops, {name}: FAILED ({r['error']})")
         else:
             log(f"  compile time vs ops, {name}: " + ", ".join(
-                f"{c['ops']} ops {c['seconds']:.2f} s" + ("" if c["matches_numpy"] else " (WRONG)")
+                f"{c['ops']} ops " + (f"FAILED ({c['error']})" if c["error"] else
+                                      f"{c['seconds']:.2f} s" + ("" if c["matches_numpy"] else " (WRONG)"))
                 for c in r["chains"]))
     return rows
 

@@ -113,7 +113,10 @@ def plot_compile(doc: dict, path: str) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for r in rows:
-        ax.plot([c["ops"] for c in r["chains"]], [c["seconds"] for c in r["chains"]], marker="o", label=r["name"])
+        ok = [c for c in r["chains"] if c["seconds"] is not None]
+        failed = [c["ops"] for c in r["chains"] if c["seconds"] is None]
+        label = r["name"] + (f" (failed at {', '.join(map(str, failed))} ops)" if failed else "")
+        ax.plot([c["ops"] for c in ok], [c["seconds"] for c in ok], marker="o", label=label)
     ax.set(xscale="log", yscale="log", xlabel="ops in the chain", ylabel="seconds to the first gradient",
            title="compile time vs graph size (empty caches)")
     ax.legend(fontsize=8)

@@ -259,7 +259,12 @@ def compile_table(rows: list[dict]) -> str:
         cells = []
         for n in ops:
             c = by.get(n)
-            cells.append("failed" if c is None else f"{c['seconds']:.2f} s" + ("" if c["matches_numpy"] else " WRONG"))
+            if c is None or c.get("error"):
+                cells.append("failed" + (f" ({c['error'].split(':')[0]})" if c else ""))
+            else:
+                cells.append(f"{c['seconds']:.2f} s" + ("" if c["matches_numpy"] else " WRONG"))
+        if r.get("error"):
+            cells = [f"failed ({r['error'][:40]})"] * len(ops)
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -302,6 +307,18 @@ def _mem_total_gib() -> float | None:
     except OSError:
         pass
     return None
+
+
+def git_info() -> dict:
+    """The commit measured and the files that differ from it (symgrad is imported from the work tree)."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=latency.REPO, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    changed = [ln[3:] for ln in git("status", "--porcelain", "--", "symgrad", "codegen", "benchmarks").splitlines()]
+    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": changed}
 
 
 def machine_info() -> dict:
@@ -451,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "suite", "schema_version": SCHEMA_VERSION,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": "python -m benchmarks.suite " + shlex.join(argv),
-        "machine": machine_info(), "versions": versions(),
+        "machine": machine_info(), "versions": versions(), "git": git_info(),
         "threads": {"env": {k: os.environ.get(k) for k in THREAD_ENV},
                     "numba_pool": numba.config.NUMBA_NUM_THREADS, "numba_threading_layer": None},
         "settings": {"quick": args.quick, "samples": samples, "min_sample_s": min_time,
