@@ -246,6 +246,9 @@ def build_torch_eager(w: Workload, inputs: dict, torch) -> Prepared:
 
 
 def build_torch_compile(w: Workload, inputs: dict, torch) -> Prepared:
+    # Dynamo caches compiled frames per code object, and every workload's loss is the same closure code
+    # (``positional``): without a reset the 9th shape hits ``recompile_limit`` and runs eagerly.
+    torch._dynamo.reset()
     compiled = torch.compile(positional(w, inputs, torch), dynamic=False)
     return _tensor_api(w, inputs, torch.tensor, compiled)
 

@@ -314,11 +314,12 @@ def git_info() -> dict:
     def git(*args):
         try:
             return subprocess.run(["git", *args], cwd=latency.REPO, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+                                  timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
-    changed = [ln[3:] for ln in git("status", "--porcelain", "--", "symgrad", "codegen", "benchmarks").splitlines()]
-    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": changed}
+    status = git("status", "--porcelain", "--", "symgrad", "codegen", "benchmarks/*.py")
+    changed = [ln[3:] for ln in status.splitlines() if len(ln) > 3]
+    return {"commit": git("rev-parse", "HEAD").strip() or None, "uncommitted_changes": changed}
 
 
 def machine_info() -> dict:
