@@ -1,9 +1,9 @@
-"""Fusion groups: elementwise nodes of one output shape, plus the full reductions they feed.
+"""Fusion groups: elementwise nodes of one output shape, plus the reductions they feed.
 
 A group becomes one loop nest (see :mod:`codegen.numba_emit`): every elementwise node is a
 scalar statement in the loop body, inputs of smaller shape are read with broadcast indexing,
-and a ``sum``/``mean`` over the whole group value becomes an accumulator, so the group's
-intermediate arrays are never written to memory.
+and a ``sum``/``mean`` of a group value (over all dims, or over some dims) becomes an
+accumulator, so the group's intermediate arrays are never written to memory.
 
 >>> import numpy as np, symgrad
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * symgrad.exp(-x * x)).sum(), np.ones(8))
@@ -17,7 +17,28 @@ from dataclasses import dataclass, field
 
 from symgrad.ir.graph import Graph, Node, Value
 
-FUSABLE_REDUCTIONS = {"sum", "mean"}
+FUSABLE_REDUCTIONS = {"sum", "mean", "sum.dim_IntList", "mean.dim"}
+
+
+def reduction_dims(node: Node, rank: int) -> tuple[tuple[int, ...], bool] | None:
+    """(reduced dims, keepdim) of a fusable reduction node, or None if it cannot be fused.
+
+    >>> import numpy as np, symgrad
+    >>> g = symgrad.trace(lambda x: x.sum(dim=-1, keepdim=True), np.ones((2, 3)))
+    >>> reduction_dims(g.nodes[0], 2)
+    ((1,), True)
+    """
+    if node.op not in FUSABLE_REDUCTIONS or node.args[-1] is not None:  # an explicit dtype: leave it to numpy
+        return None
+    if node.op in ("sum", "mean"):
+        return tuple(range(rank)), False
+    dims, keepdim = node.args[1], bool(node.args[2])
+    if dims is None or dims == [] or dims == ():
+        return tuple(range(rank)), keepdim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not all(isinstance(d, int) and -rank <= d < max(rank, 1) for d in dims):
+        return None
+    return tuple(sorted({d % rank for d in dims})) if rank else (), keepdim
 
 
 @dataclass
@@ -92,10 +113,11 @@ def fusion_groups(graph: Graph) -> list[Group]:
             for v in n.inputs:
                 if v not in inside and v not in grp.inputs:
                     grp.inputs.append(v)
-        # full reductions of a group value, with no other reader of the reduced value needed in the loop
-        for v in list(inside):
+        # reductions of a group value become accumulators of the loop
+        for n in grp.nodes:
+            v = n.output
             for u in users.get(v, []):
-                if u.op in FUSABLE_REDUCTIONS and u not in grp.reductions and u.args[0] is v:
+                if u not in grp.reductions and u.args[0] is v and reduction_dims(u, len(grp.shape)) is not None:
                     grp.reductions.append(u)
         reduced = {r.args[0] for r in grp.reductions}
         for n in grp.nodes:

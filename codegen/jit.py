@@ -4,8 +4,10 @@ Numba cannot cache a function made by ``exec`` of a string ("no locator availabl
 module loaded from a file but not registered in ``sys.modules`` fails to load its cache in the
 next process.  So the generated source is written as a real module file (atomically, named by
 the hash of its content and the versions that shape the code), imported by name into
-``sys.modules``, and its kernels are compiled with ``cache=True``.  Array constants go to an
-``.npz`` beside it.  Anything unexpected falls back to compiling in memory.
+``sys.modules``, and its kernels are compiled with ``cache=True``.  Only kernels go there: they
+are size-generic and hold no data (sizes and constants are arguments), so the same module serves
+every input size; the per-call Python glue is made in memory.  Anything unexpected falls back to
+compiling in memory.
 
 The directory is ``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad`` or ``~/.cache/symgrad``;
 it is created with mode 0700 and refused (with a warning) if another user owns it or others can
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import os
 import stat
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from .scalar_math import IMPORT_LINES, SCALAR_NAMESPACE
+from .scalar_math import IMPORT_LINES, PARALLEL_PRANGE_ONLY, SCALAR_NAMESPACE
 
 FORMAT_VERSION = 1
 
@@ -68,59 +69,82 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def module_text(kernels: list[str], glue: str, namespace: dict, op_keys: dict) -> tuple[str, dict] | None:
-    """The module source and its array constants, or None if the namespace holds something else."""
+_loaded: dict[str, dict] = {}   # module text hash -> {kernel name: dispatcher}, for this process
+
+
+def module_text(kernels: list[str], options: dict) -> str:
+    """The source of a module holding ``kernels`` (size-generic loop nests; no data, no glue)."""
+    flags = ["cache=True", "error_model='numpy'"]
+    if options.get("parallel"):
+        flags.append("parallel=PARALLEL_PRANGE_ONLY")
+    if options.get("fastmath"):
+        flags.append("fastmath=True")
     lines = [f"# symgrad generated kernels (format {FORMAT_VERSION}); do not edit: regenerated on demand",
-             IMPORT_LINES.rstrip("\n"), "from numpy import asarray", "from symgrad.ops.registry import get as _op", ""]
-    arrays: dict[str, np.ndarray] = {}
-    body = []
-    for key, value in namespace.items():
-        if key in SCALAR_NAMESPACE or key in ("asarray", "np", "__ops__"):
-            continue
-        if key in op_keys:
-            body.append(f"{key} = _op({op_keys[key]!r}).forward")
-        elif isinstance(value, np.ndarray):
-            arrays[key] = value
-            body.append(f"{key} = _C[{key!r}]")
-        else:
-            return None  # an object we cannot write down: keep this graph in memory
-    if arrays:
-        lines.append("_C = dict(np.load(__file__[:-3] + '.npz'))")
-    lines += body
+             IMPORT_LINES.rstrip("\n"), ""]
     for src in kernels:
-        lines += ["", "", "@njit(cache=True, error_model='numpy')", src]
-    lines += ["", "", glue, ""]
-    return "\n".join(lines), arrays
+        lines += ["", f"@njit({', '.join(flags)})", src]
+    return "\n".join(lines) + "\n"
 
 
-def load(kernels: list[str], glue: str, namespace: dict, op_keys: dict, entry: str):
-    """Write (if new) and import the module; return its ``entry`` function, or None to fall back."""
-    made = module_text(kernels, glue, namespace, op_keys)
-    directory = cache_dir()
-    if made is None or directory is None:
-        return None
-    text, arrays = made
-    buf = io.BytesIO()
-    if arrays:
-        np.savez(buf, **arrays)
+def _kernel_names(kernels: list[str]) -> list[str]:
+    return [src.split("(", 1)[0].removeprefix("def ").strip() for src in kernels]
+
+
+def _in_memory(kernels: list[str], options: dict) -> dict:
+    glb = dict(SCALAR_NAMESPACE)
+    glb["prange"] = numba.prange
+    jit = numba.njit(error_model="numpy", parallel=PARALLEL_PRANGE_ONLY if options.get("parallel") else False,
+                     fastmath=bool(options.get("fastmath")))
+    out = {}
+    for src in kernels:
+        local: dict = {}
+        exec(compile(src, "<symgrad kernel>", "exec"), glb, local)
+        (name, fn), = local.items()
+        out[name] = jit(fn)
+    return out
+
+
+def load_kernels(kernels: list[str], options: dict, cache: bool = True) -> dict:
+    """``{name: dispatcher}`` for these kernel sources, compiled at most once per process.
+
+    With ``cache`` the kernels live in a module of the cache directory, so Numba's own cache
+    serves later processes; otherwise (or if the directory is unusable) they compile in memory.
+    """
+    text = module_text(kernels, options)
     digest = hashlib.sha256()
-    for part in (text.encode(), buf.getvalue(), numba.__version__.encode(), np.__version__.encode(),
-                 sys.version.encode()):
+    for part in (text.encode(), numba.__version__.encode(), np.__version__.encode(), sys.version.encode()):
         digest.update(part)
     name = f"symgrad_kernels_{digest.hexdigest()[:24]}"
+    key = name + ("" if cache else ":memory")
+    if key in _loaded:
+        return _loaded[key]
+    found = None
+    if cache:
+        try:
+            found = _load_module(name, text, _kernel_names(kernels))
+        except Exception as exc:  # never let the cache break compilation
+            warnings.warn(f"symgrad: kernel cache unavailable ({exc}); compiling in memory", stacklevel=3)
+    if found is None:
+        found = _in_memory(kernels, options)
+    _loaded[key] = found
+    return found
+
+
+def _load_module(name: str, text: str, entries: list[str]) -> dict | None:
+    directory = cache_dir()
+    if directory is None:
+        return None
     path = directory / f"{name}.py"
-    if name in sys.modules:
-        return getattr(sys.modules[name], entry)
-    if arrays and not (directory / f"{name}.npz").exists():
-        _atomic_write(directory / f"{name}.npz", buf.getvalue())
-    if not path.exists() or path.read_text() != text:  # a truncated or foreign file is rewritten
-        _atomic_write(path, text.encode())
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Numba's cache locator needs the module registered by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception:
-        sys.modules.pop(name, None)
-        raise
-    return getattr(module, entry)
+    if name not in sys.modules:
+        if not path.exists() or path.read_text() != text:  # a truncated or foreign file is rewritten
+            _atomic_write(path, text.encode())
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # Numba's cache locator needs the module registered by name
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            sys.modules.pop(name, None)
+            raise
+    module = sys.modules[name]
+    return {entry: getattr(module, entry) for entry in entries}

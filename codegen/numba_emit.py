@@ -3,23 +3,34 @@
 Each fusion group (:mod:`codegen.fuse`) becomes one ``@numba.njit`` function: a loop nest over
 the group's shape whose body has one scalar statement per IR node (printed from the node's
 sympy expression, with the IR node as a comment).  Inputs of smaller shape are read with
-broadcast indexing, and full ``sum``/``mean`` reductions become accumulators.  Everything else
-(matmul, reductions over dims, indexing, views) stays a numpy call in the glue function.
+broadcast indexing, and ``sum``/``mean`` reductions of loop values become accumulators.
+Everything else (matmul, indexing, views) stays a numpy call in the glue function.
+
+Kernels are *size-generic*: loop bounds (``n0, n1, ...``) and non-integer constants
+(``k0, k1, ...``: a mean's ``1/N``, the user's ``0.5``) are parameters that the glue passes,
+so a new input size of the same rank, or another constant, runs the same compiled kernel.
+Integer constants and exponents stay literal (``x**2`` must stay a multiplication).
 
 >>> import numpy as np, symgrad
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x).sum(), np.ones(4))
 >>> e = emit_numba(g, "forward")
 >>> print(e.kernels[0])                                        # doctest: +NORMALIZE_WHITESPACE
-def group_0(x):
+def group_0(x, n0):
     acc_0 = 0.0
-    for i0 in range(4):
-        x_ = x[i0]
-        # %sin: f64[4] = sin(%x)
-        sin_ = sin(x_)
-        # %mul: f64[4] = mul.Tensor(%sin, %x)
-        mul = sin_*x_
+    for i0 in range(n0):
+        x_in = x[i0]
+        # %sin: f64[n0] = sin(%x)
+        sin_ = sin(x_in)
+        # %mul: f64[n0] = mul.Tensor(%sin, %x)
+        mul = sin_*x_in
         acc_0 += mul
     return (acc_0,)
+>>> print(e.source)                                            # doctest: +NORMALIZE_WHITESPACE
+def forward(x):
+    # fused loop 0: 2 elementwise nodes over [4], 1 reduction(s)
+    sum_, = group_0(x, 4)
+    sum_ = np.asarray(sum_, dtype='float64')
+    return (sum_,)
 """
 
 from __future__ import annotations
@@ -27,11 +38,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import sympy
 
-from symgrad.ir.graph import Graph, Value, _arg_text
+from symgrad.ir.graph import SHORT_DTYPES, Graph, Value, _arg_text
 
 from .emit import _ident, _Printer, node_statements
-from .fuse import Group, fusion_groups
+from .fuse import Group, fusion_groups, reduction_dims
+
+# Outer-loop chunks of a parallel kernel.  A fixed count (not the thread count) keeps parallel
+# reductions deterministic: each chunk sums its rows in order, then the chunks are added in order.
+PARALLEL_CHUNKS = 64
 
 
 def _scalar_namespace():
@@ -42,44 +58,41 @@ def _scalar_namespace():
 
 @dataclass
 class NumbaEmitted:
-    """The glue source, one kernel source per group, and the compiled glue function."""
+    """The glue source, one kernel source per group, and how to compile them."""
 
     name: str
     source: str
     kernels: list[str]
     namespace: dict = field(default_factory=dict)
+    parallel: bool = False
+    fastmath: bool = False
+
+    @property
+    def decorator(self) -> str:
+        flags = ["error_model='numpy'"]
+        if self.parallel:
+            flags.append("parallel=PARALLEL_PRANGE_ONLY")
+        if self.fastmath:
+            flags.append("fastmath=True")
+        return f"@njit({', '.join(flags)})"
 
     @property
     def full_source(self) -> str:
-        return "\n\n".join(["@njit\n" + k for k in self.kernels] + [self.source])
+        return "\n\n".join([f"{self.decorator}\n{k}" for k in self.kernels] + [self.source])
 
     def compile(self, cache: bool = True):
-        """The glue function; with ``cache``, from a module in the kernel cache (see codegen.jit)."""
-        import numba
+        """The glue function, calling kernels compiled by :mod:`codegen.jit` (from its disk cache
+        with ``cache``).  The glue is plain Python: it is made by ``exec`` and never cached."""
+        from . import jit
 
-        if cache:
-            from . import jit
-
-            try:
-                fn = jit.load(self.kernels, self.source, self.namespace, self.namespace.get("__ops__", {}),
-                              self.name)
-            except Exception as exc:  # never let the cache break compilation
-                import warnings
-
-                warnings.warn(f"symgrad: kernel cache unavailable ({exc}); compiling in memory", stacklevel=2)
-                fn = None
-            if fn is not None:
-                fn.__source__ = self.full_source
-                return fn
+        options = {"parallel": self.parallel, "fastmath": self.fastmath}
+        kernels = jit.load_kernels(self.kernels, options, cache=cache)
         glb = dict(self.namespace)
-        for src in self.kernels:
-            local: dict = {}
-            exec(compile(src, f"<symgrad {self.name} kernel>", "exec"), glb, local)
-            (name, fn), = local.items()
-            glb[name] = numba.njit(error_model="numpy")(fn)
+        glb.update(kernels)
         exec(compile(self.source, f"<symgrad {self.name}>", "exec"), glb)
         fn = glb[self.name]
         fn.__source__ = self.full_source
+        fn.kernels = list(kernels.values())
         return fn
 
 
@@ -94,7 +107,27 @@ def _broadcast_read(src: str, shape: tuple, out_shape: tuple) -> str:
     return f"{src}[{', '.join(idx)}]"
 
 
-def emit_numba(graph: Graph, name: str) -> NumbaEmitted:
+def _lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
+    """Replace non-integer numbers (outside exponents) by symbols ``k0, k1, ...``."""
+    if isinstance(expr, sympy.Pow):
+        return sympy.Pow(_lift_constants(expr.base, constants), expr.exp, evaluate=False)
+    if expr.is_Number:
+        if expr.is_Integer or expr in (sympy.nan, sympy.oo, -sympy.oo, sympy.zoo):
+            return expr
+        for j, (_, value) in enumerate(constants):
+            if value == expr:
+                return sympy.Symbol(f"k{j}")
+        constants.append((f"k{len(constants)}", expr))
+        return sympy.Symbol(constants[-1][0])
+    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.logic.boolalg.BooleanAtom)):
+        return expr
+    args = [_lift_constants(a, constants) if isinstance(a, sympy.Basic) else a for a in expr.args]
+    if isinstance(expr, sympy.Piecewise):
+        return sympy.Piecewise(*args, evaluate=False)
+    return expr.func(*args, evaluate=False) if isinstance(expr, (sympy.Add, sympy.Mul)) else expr.func(*args)
+
+
+def emit_numba(graph: Graph, name: str, *, parallel: bool = False, fastmath: bool = False) -> NumbaEmitted:
     """Fused loop kernels for the elementwise parts of ``graph`` and Python glue for the rest."""
     names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
     for n in graph.nodes:
@@ -134,34 +167,62 @@ def emit_numba(graph: Graph, name: str) -> NumbaEmitted:
                 continue
             emitted_groups.add(id(grp))
             k = len(kernels)
-            kernels.append(_kernel_source(grp, k, names))
+            source, constants = _kernel_source(grp, k, names, needed, parallel)
+            kernels.append(source)
             args = []
             for v in grp.inputs:
                 src = source_of(v)
-                args.append(f"{names[src.name]}.item()" if src.shape == () else names[src.name])
-            results = [names[v.name] for v in grp.outputs] + [names[r.output.name] for r in grp.reductions]
+                arg = f"{names[src.name]}.item()" if src.shape == () else names[src.name]
+                if arg not in args:
+                    args.append(arg)
+            args += [str(int(s)) for s in grp.shape]
+            args += [repr(float(value)) for _, value in constants]
+            written = [v for v in grp.outputs if v in needed]
+            results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
             target = ", ".join(results) + ("," if len(results) == 1 else "")
             glue.append(f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
                         + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else ""))
             glue.append(f"    {target} = group_{k}({', '.join(args)})")
-            size = int(np.prod(grp.shape)) if grp.shape else 1
             for r in grp.reductions:
                 out = names[r.output.name]
-                if r.op == "mean":
-                    glue.append(f"    {out} = {out} / {size}")
-                glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
+                dims, _ = reduction_dims(r, len(grp.shape))
+                count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
+                if r.op.startswith("mean"):
+                    glue.append(f"    {out} = {out} / {count}")
+                shape = tuple(int(s) for s in r.output.shape)
+                if shape:
+                    glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
+                else:
+                    glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
             continue
         if n in fused_reduction or not any(o in needed for o in n.outputs):
             continue
         glue += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    return NumbaEmitted(name, "\n".join(glue), kernels, ns)
+    return NumbaEmitted(name, "\n".join(glue), kernels, ns, parallel=parallel, fastmath=fastmath)
 
 
-def _kernel_source(grp: Group, k: int, names: dict) -> str:
+def _generic_arg(a, constants: list, code: str) -> str:
+    """An op argument for a kernel comment, without anything that depends on sizes: the kernel's
+    text (and so its cache key) must be the same for every size."""
+    if isinstance(a, Value):
+        return f"%{a.name}"
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        for name, value in constants:
+            if float(value) == float(a):
+                return name
+        if isinstance(a, int) and str(a) in code:
+            return str(a)
+        return "…"
+    return _arg_text(a) if isinstance(a, (bool, str, type(None))) else "…"
+
+
+def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool) -> tuple[str, list]:
+    """One loop-nest kernel; returns its source and the constants it takes as ``k0, k1, ...``."""
+    rank = len(grp.shape)
     shape = grp.shape
-    params = []
+    params: list[str] = []
     local: dict[str, str] = {}
     reads = []
     for v in grp.inputs:
@@ -172,33 +233,90 @@ def _kernel_source(grp: Group, k: int, names: dict) -> str:
         param = names[src.name]
         if param not in params:
             params.append(param)
-        local[v.name] = param + "_"
-        reads.append((param + "_", _broadcast_read(param, tuple(src.shape), shape)))
+        # never a name with a double underscore: Numba's parfor lowering renames `a_` to `a__`
+        local[v.name] = param.rstrip("_") + "_in"
+        read = (local[v.name], _broadcast_read(param, tuple(src.shape), shape))
+        if read not in reads:
+            reads.append(read)
     for n in grp.nodes:
         local[n.output.name] = names[n.output.name]
+    sizes = [f"n{d}" for d in range(rank)]
+    constants: list = []
+    bodies = [_lift_constants(n.expr, constants) for n in grp.nodes]
     printer = _Printer(local)
-    lines = [f"def group_{k}({', '.join(params)}):"]
-    for v in grp.outputs:
-        lines.append(f"    out_{names[v.name]} = np.empty({shape!r}, dtype=np.{v.dtype.np.name})")
-    for j, _r in enumerate(grp.reductions):
-        lines.append(f"    acc_{j} = 0.0")
+    lines = [f"def group_{k}({', '.join(params + sizes + [c for c, _ in constants])}):"]
+    written = [v for v in grp.outputs if v in needed]
+    dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
+    # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
+    # a per-chunk row (no two threads write the same element), added up after the loop.
+    chunked = parallel and rank > 0
+    shape_src = "(" + ", ".join(sizes) + ("," if rank == 1 else "") + ")"
+    for v in written:
+        lines.append(f"    out_{names[v.name]} = np.empty({shape_src}, dtype=np.{v.dtype.np.name})")
+    for j, dims in enumerate(dims_of):
+        if len(dims) == rank:  # a full reduction: a scalar accumulator
+            if chunked:
+                lines.append(f"    part_{j} = np.zeros({PARALLEL_CHUNKS})")
+            else:
+                lines.append(f"    acc_{j} = 0.0")
+            continue
+        kept = [("1" if d in dims else sizes[d]) for d in range(rank)]
+        if chunked and 0 in dims:
+            kept = [str(PARALLEL_CHUNKS)] + kept
+        lines.append(f"    acc_{j} = np.zeros(({', '.join(kept)},))")
     indent = "    "
-    for d, n in enumerate(shape):
-        lines.append(f"{indent}for i{d} in range({n}):")
+    if chunked:
+        lines.append(f"    for c in prange({PARALLEL_CHUNKS}):")
+        lines.append(f"        lo = c * n0 // {PARALLEL_CHUNKS}")
+        lines.append(f"        hi = (c + 1) * n0 // {PARALLEL_CHUNKS}")
+        indent = "        "
+        for j, dims in enumerate(dims_of):
+            if len(dims) == rank:
+                lines.append(f"{indent}chunk_{j} = 0.0")
+        lines.append(f"{indent}for i0 in range(lo, hi):")
+        indent += "    "
+        start = 1
+    else:
+        start = 0
+    for d in range(start, rank):
+        lines.append(f"{indent}for i{d} in range(n{d}):")
         indent += "    "
     for local_name, read in reads:
         lines.append(f"{indent}{local_name} = {read}")
-    reduced = {r.args[0].name: j for j, r in enumerate(grp.reductions)}
-    out_names = {v.name for v in grp.outputs}
-    idx = ", ".join(f"i{d}" for d in range(len(shape)))
-    for n in grp.nodes:
+    reduced: dict[str, list[int]] = {}
+    for j, r in enumerate(grp.reductions):
+        reduced.setdefault(r.args[0].name, []).append(j)
+    out_names = {v.name for v in written}
+    idx = ", ".join(f"i{d}" for d in range(rank))
+    for n, body in zip(grp.nodes, bodies):
         o = n.output
-        lines.append(f"{indent}# %{o.name}: {o.type_str} = {n.op}({', '.join(_arg_text(a) for a in n.args)})")
-        lines.append(f"{indent}{local[o.name]} = {printer.doprint(n.expr)}")
+        code = printer.doprint(body)
+        args = ", ".join(_generic_arg(a, constants, code) for a in n.args)
+        short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
+        lines.append(f"{indent}# %{o.name}: {short}[{', '.join(sizes)}] = {n.op}({args})")
+        lines.append(f"{indent}{local[o.name]} = {code}")
         if o.name in out_names:
             lines.append(f"{indent}out_{names[o.name]}[{idx if idx else '()'}] = {local[o.name]}")
-        if o.name in reduced:
-            lines.append(f"{indent}acc_{reduced[o.name]} += {local[o.name]}")
-    results = [f"out_{names[v.name]}" for v in grp.outputs] + [f"acc_{j}" for j in range(len(grp.reductions))]
+        for j in reduced.get(o.name, []):
+            dims = dims_of[j]
+            if len(dims) == rank:
+                lines.append(f"{indent}{'chunk' if chunked else 'acc'}_{j} += {local[o.name]}")
+                continue
+            at = ["0" if d in dims else f"i{d}" for d in range(rank)]
+            if chunked and 0 in dims:
+                at = ["c"] + at
+            lines.append(f"{indent}acc_{j}[{', '.join(at)}] += {local[o.name]}")
+    if chunked:
+        for j, dims in enumerate(dims_of):
+            if len(dims) == rank:
+                lines.append(f"        part_{j}[c] = chunk_{j}")
+        for j, dims in enumerate(dims_of):
+            if len(dims) == rank:
+                lines.append(f"    total_{j} = part_{j}.sum()")
+            elif 0 in dims:
+                lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
+    totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
+              for j, dims in enumerate(dims_of)]
+    results = [f"out_{names[v.name]}" for v in written] + totals
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
-    return "\n".join(lines)
+    return "\n".join(lines), constants

@@ -77,20 +77,27 @@ def minimum(a, b):
     return a if a <= b else b
 
 
+# Numba's parallel options for generated kernels: only the explicit ``prange`` loop runs in
+# parallel.  Turning numpy calls into parallel loops as well would give a kernel several parfors,
+# and Numba 0.68 fails to lower several parfors sharing variables ("key already in dictionary").
+PARALLEL_PRANGE_ONLY = {"prange": True, "numpy": False, "reduction": False, "setitem": False,
+                        "comprehension": False, "stencil": False, "fusion": False}
+
 SCALAR_NAMESPACE = {
     "exp": math.exp, "log": math.log, "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh,
     "sinh": math.sinh, "cosh": math.cosh, "atan": math.atan, "sqrt": math.sqrt, "abs": abs, "erf": math.erf,
     "log1p": math.log1p, "expm1": math.expm1, "log2": math.log2, "exp2": exp2, "where": where,
     "heaviside": heaviside, "sign": sign, "sigmoid": sigmoid, "eq": eq, "ne": ne, "logical_and": logical_and,
     "logical_or": logical_or, "logical_not": logical_not, "maximum": maximum, "minimum": minimum, "np": np,
-    "math": math,
+    "math": math, "PARALLEL_PRANGE_ONLY": PARALLEL_PRANGE_ONLY,
 }
 
 # How a generated module imports each name above.
 IMPORT_LINES = (
     "import math\n"
     "import numpy as np\n"
-    "from numba import njit\n"
+    "from numba import njit, prange\n"
+    "from codegen.scalar_math import PARALLEL_PRANGE_ONLY\n"
     "from math import exp, log, sin, cos, tan, tanh, sinh, cosh, atan, sqrt, erf, log1p, expm1, log2\n"
     "from codegen.scalar_math import (where, heaviside, sign, sigmoid, exp2, eq, ne, logical_and, logical_or,\n"
     "                                 logical_not, maximum, minimum)\n"

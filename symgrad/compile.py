@@ -47,12 +47,29 @@ except ImportError:  # pragma: no cover - numba is a dependency; kept working wi
     DEFAULT_BACKEND = "numpy"
 
 
-def _emit(graph: Graph, name: str, backend: str, cache: bool = True):
-    if backend == "numba":
+# Loops of at least this many elements run in parallel under ``parallel="auto"`` (when Numba
+# has more than one thread): below it, starting the thread pool costs more than it saves.
+PARALLEL_MIN_ELEMENTS = 1 << 18
+
+
+def _parallel_for(graph: Graph, option) -> bool:
+    if option != "auto":
+        return bool(option)
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        return False
+    biggest = max((int(np.prod(n.outputs[0].shape)) for n in graph.nodes if n.outputs), default=0)
+    return biggest >= PARALLEL_MIN_ELEMENTS
+
+
+def _emit(graph: Graph, name: str, options: dict):
+    if options["backend"] == "numba":
         from codegen.numba_emit import emit_numba
 
-        e = emit_numba(graph, name)
-        return e.compile(cache=cache), e.full_source
+        e = emit_numba(graph, name, parallel=_parallel_for(graph, options["parallel"]),
+                       fastmath=bool(options["fastmath"]))
+        return e.compile(cache=options["cache"]), e.full_source
     e = emit_numpy(graph, name)
     return e.compile(), e.source
 
@@ -157,20 +174,19 @@ class CompiledFunction:
             t2 = time.perf_counter()
             parts = partition(joint)
             t3 = time.perf_counter()
-            backend = self.options["backend"]
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
-                joint_fn, joint_src = _emit(joint, "joint", backend, self.options["cache"])
+                joint_fn, joint_src = _emit(joint, "joint", self.options)
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
                                   joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
-                fwd_fn, fwd_src = _emit(parts.forward, "forward", backend, self.options["cache"])
-                bwd_fn, bwd_src = _emit(parts.backward, "backward", backend, self.options["cache"])
+                fwd_fn, fwd_src = _emit(parts.forward, "forward", self.options)
+                bwd_fn, bwd_src = _emit(parts.backward, "backward", self.options)
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         else:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = _emit(graph, "forward", self.options["backend"], self.options["cache"])
+            fwd_fn, fwd_src = _emit(graph, "forward", self.options)
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         kernels.timings = timings
@@ -215,9 +231,36 @@ class CompiledFunction:
             return wrapped[0]
         return tuple(wrapped)
 
+    def _dispatchers(self) -> list:
+        seen: dict[int, object] = {}
+        for k in self._kernels.values():
+            for fn in (k.forward, k.backward, k.joint_fn):
+                for d in getattr(fn, "kernels", ()):
+                    seen[id(d)] = d
+        return list(seen.values())
+
     def stats(self) -> dict:
-        """Calls, traces (= compiles), cache hits and seconds spent per stage."""
-        return dict(self._stats)
+        """What this function's calls cost so far.
+
+        ``calls``; ``traces`` (one per new guard key: dtype, rank, shape or requires_grad);
+        ``guard_hits``; seconds in ``trace_s``, ``autodiff_s``, ``partition_s``, ``codegen_s``;
+        and, for its Numba kernels, ``kernels`` (how many), ``kernel_compiles`` (Numba
+        compilations in this process) and ``kernel_cache_loads`` (signatures loaded from the
+        disk cache instead).  Kernels take sizes at run time: a new size of the same rank
+        re-traces but compiles nothing.
+
+        >>> f = symgrad.compile(lambda x: (x * x).sum())
+        >>> _ = f(symgrad.ones(3)); _ = f(symgrad.ones(5))
+        >>> s = f.stats(); s["traces"], s["kernels"], s["kernel_compiles"] + s["kernel_cache_loads"]
+        (2, 1, 1)
+        """
+        out = dict(self._stats)
+        out["guard_hits"] = out.pop("cache_hits")
+        dispatchers = self._dispatchers()
+        out["kernels"] = len(dispatchers)
+        out["kernel_compiles"] = sum(sum(d.stats.cache_misses.values()) for d in dispatchers)
+        out["kernel_cache_loads"] = sum(sum(d.stats.cache_hits.values()) for d in dispatchers)
+        return out
 
     def inspect(self, *args) -> Kernels:
         """The IR, joint graph, partition and generated source for these arguments."""
