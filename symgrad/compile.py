@@ -33,6 +33,7 @@ import numpy as np
 from codegen.emit import emit_numpy
 from codegen.partition import Partition, partition
 
+from . import logs
 from .autodiff import autodiff
 from .autograd.grad_mode import STATE
 from .autograd.node import ERR_BACKWARD_TWICE, Node
@@ -92,6 +93,13 @@ class Kernels:
     timings: dict = field(default_factory=dict)
     joint_fn: Callable | None = None     # forward and backward in one kernel (value_and_grad)
     joint_source: str = ""
+    unit_tangent: np.ndarray | None = None   # the seed ``1`` of a scalar output, made once
+
+    @property
+    def strategy(self) -> str:
+        """How a recorded call runs: ``"joint"`` (a scalar loss: value and gradients in one
+        kernel, the backward scales them) or ``"split"`` (forward saves, backward recomputes)."""
+        return "joint" if self.joint_fn is not None and self.forward is not None else "split"
 
 
 class CompiledFunctionBackward(Node):
@@ -99,10 +107,11 @@ class CompiledFunctionBackward(Node):
 
     _has_saved = True
 
-    def __init__(self, kernels: Kernels, saved: tuple, n_tensor_inputs: int) -> None:
+    def __init__(self, kernels: Kernels, saved: tuple, n_tensor_inputs: int, scaled: bool = False) -> None:
         super().__init__()
         self.kernels = kernels
-        self._saved_values = saved
+        self._saved_values = saved          # split: what the forward saved; scaled: the gradients at seed 1
+        self._scaled = scaled
         self._n_outputs = kernels.n_outputs
 
     def release_variables(self) -> None:
@@ -116,6 +125,15 @@ class CompiledFunctionBackward(Node):
         if self._saved_values is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
         k = self.kernels
+        if self._scaled:
+            # The forward already ran the joint kernel with the seed 1: a scalar output's
+            # vector-Jacobian product is linear in its cotangent, so scaling is exact.
+            g = grads[0]
+            if g is None:
+                return [None] * len(self._tensor_positions)
+            scale = float(g)
+            by_input = dict(zip(k.wrt, self._saved_values))
+            return [None if by_input.get(i) is None else by_input[i] * scale for i in self._tensor_positions]
         tangents = []
         for i in k.diff_outputs:
             g = grads[i] if i < len(grads) else None
@@ -132,13 +150,16 @@ class CompiledFunction:
     """A function compiled by :func:`compile`; call it like the original."""
 
     def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, scalar_loss: str = "joint") -> None:
         backend = backend or DEFAULT_BACKEND
         if backend not in ("numpy", "numba"):
             raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numba', 'numpy')")
         functools.update_wrapper(self, fn)
         self.fn = fn
-        self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend}
+        if scalar_loss not in ("joint", "split"):
+            raise ValueError(f"symgrad.compile: scalar_loss must be 'joint' or 'split', not {scalar_loss!r}")
+        self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
+                        "scalar_loss": scalar_loss}
         self._kernels: dict = {}
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0}
@@ -174,6 +195,8 @@ class CompiledFunction:
             t2 = time.perf_counter()
             parts = partition(joint)
             t3 = time.perf_counter()
+            out0 = graph.outputs[0] if n_out == 1 else None
+            scalar_loss = out0 is not None and out0.shape == () and out0.dtype.is_floating_point
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
                 joint_fn, joint_src = _emit(joint, "joint", self.options)
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
@@ -183,6 +206,10 @@ class CompiledFunction:
                 bwd_fn, bwd_src = _emit(parts.backward, "backward", self.options)
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
+                if scalar_loss and self.options["scalar_loss"] == "joint":
+                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", self.options)
+            if scalar_loss:
+                kernels.unit_tangent = np.ones((), out0.dtype.np)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         else:
             t2 = time.perf_counter()
@@ -190,6 +217,7 @@ class CompiledFunction:
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         kernels.timings = timings
+        logs.report_build(self, kernels)
         self._stats["traces"] += 1
         for k, v in timings.items():
             self._stats[k] += v
@@ -212,11 +240,15 @@ class CompiledFunction:
         k = self.kernels_for(*args, wrt=None if record else ())
         tensors = [a for a in args if isinstance(a, (Tensor, np.ndarray))]
         arrays = [a._data if isinstance(a, Tensor) else a for a in tensors]
-        result = k.forward(*arrays)
+        scaled = record and k.joint_fn is not None
+        if scaled:
+            result = k.joint_fn(*arrays, k.unit_tangent)
+        else:
+            result = k.forward(*arrays)
         outputs, saved = result[:k.n_outputs], result[k.n_outputs:]
         wrapped = [None if o is None else Tensor._wrap(np.asarray(o)) for o in outputs]
         if record and k.backward is not None:
-            node = CompiledFunctionBackward(k, tuple(saved), len(tensors))
+            node = CompiledFunctionBackward(k, tuple(saved), len(tensors), scaled)
             edges, metas = [], []
             for a in tensors:
                 edges.append(gradient_edge(a) if isinstance(a, Tensor) else (None, 0))
@@ -268,17 +300,33 @@ class CompiledFunction:
 
 
 def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-            backend: str | None = None):
+            backend: str | None = None, scalar_loss: str = "joint"):
     """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
 
-    ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the full
-    reductions they feed into loop kernels; ``backend="numpy"`` emits one numpy statement per node.
-    ``parallel``, ``fastmath`` and ``cache`` are recorded in ``options``; the kernels are compiled
-    serially, without fastmath, and held in memory (a persistent cache is the next step).
+    * ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the
+      reductions they feed into loop kernels; ``backend="numpy"`` emits one numpy statement per node.
+    * ``parallel``: ``"auto"`` runs loops of at least 2**18 elements over Numba's threads (when it has
+      more than one); ``True``/``False`` force it.  Parallel reductions are chunked in a fixed order,
+      so results do not depend on the thread count.
+    * ``fastmath=True`` lets LLVM reassociate floating-point arithmetic (off by default).
+    * ``cache=True`` keeps compiled kernels in the per-user disk cache (see :mod:`codegen.jit`).
+    * ``scalar_loss``: when the function returns one floating scalar and an input requires grad,
+      ``"joint"`` (default) computes value and gradients in one fused pass at the call and the
+      backward only scales them by the incoming gradient; ``"split"`` runs the partitioned
+      forward, then the backward kernel at ``.backward()`` (AOTAutograd's way).  Non-scalar outputs
+      always split.
+
+    >>> @symgrad.compile(parallel=False)
+    ... def f(x):
+    ...     return (x * x).sum()
+    >>> f.options["parallel"], f.options["scalar_loss"]
+    (False, 'joint')
     """
+    options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
+               "scalar_loss": scalar_loss}
     if fn is None:
-        return lambda f: CompiledFunction(f, parallel=parallel, fastmath=fastmath, cache=cache, backend=backend)
-    return CompiledFunction(fn, parallel=parallel, fastmath=fastmath, cache=cache, backend=backend)
+        return lambda f: CompiledFunction(f, **options)
+    return CompiledFunction(fn, **options)
 
 
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
@@ -294,7 +342,21 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
     many = not isinstance(argnums, int)
     nums = list(argnums) if many else [argnums]
 
+    # Calls whose arguments are all numpy arrays skip the general path: per (dtype, shape) of
+    # the arguments, remember the joint kernel (W4-sized problems are decided by this overhead).
+    fast: dict = {}
+
     def run(*args):
+        try:
+            key = tuple([(a.__class__, a.dtype, a.shape) for a in args])
+            plan = fast.get(key)
+        except AttributeError:  # a Python number or list among the arguments
+            key = plan = None
+        if plan is not None:
+            joint_fn, tangent, n_out = plan
+            result = joint_fn(*args, tangent)
+            compiled._stats["calls"] += 1
+            return float(result[0]), (result[n_out:] if many else result[n_out])
         arrays = tuple(np.asarray(a, dtype=np.float64) if isinstance(a, (list, float, int)) and i in nums
                        else a for i, a in enumerate(args))
         positions = [i for i, a in enumerate(arrays) if isinstance(a, (Tensor, np.ndarray))]
@@ -306,7 +368,10 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
         if out_value is None or out_value.shape != ():
             shape = None if out_value is None else out_value.shape
             raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
-        result = k.joint_fn(*data, np.ones((), out_value.dtype.np))
+        result = k.joint_fn(*data, k.unit_tangent)
+        if key is not None and all(a.__class__ is np.ndarray for a in args) and \
+                not any(g is None for g in result[k.n_outputs:]):
+            fast[key] = (k.joint_fn, k.unit_tangent, k.n_outputs)
         value, grads = result[0], list(result[k.n_outputs:])
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])

@@ -41,17 +41,18 @@ def _leaves(arrays):
             else symgrad.tensor(a) for a in arrays]
 
 
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("backend,strategy", [("numba", "joint"), ("numba", "split"), ("numpy", "joint")])
 @pytest.mark.parametrize("name", sorted(FUNCS))
-def test_compiled_equals_eager_and_interpreter(name, backend):
+def test_compiled_equals_eager_and_interpreter(name, backend, strategy):
     fn = FUNCS[name]
-    compiled = symgrad.compile(fn, backend=backend)
+    compiled = symgrad.compile(fn, backend=backend, scalar_loss=strategy)
     for seed in (0, 1):  # the second call reuses the kernels on new values
         arrays = _args(name, seed)
         eager_in, comp_in = _leaves(arrays), _leaves(arrays)
         fn(*eager_in).backward()
         out = compiled(*comp_in)
-        out.backward()
+        assert compiled.kernels_for(*comp_in).strategy == strategy
+        out.backward(symgrad.tensor(1.0, dtype=out.dtype) if seed == 0 else None)
         np.testing.assert_allclose(out.item(), fn(*_leaves(arrays)).item(), rtol=1e-12)
         for e, c in zip(eager_in, comp_in):
             if e.requires_grad:
@@ -82,6 +83,20 @@ def test_composes_with_eager_ops_on_both_sides():
     b = symgrad.tensor([0.3, -0.7, 1.1], dtype=symgrad.float64, requires_grad=True)
     (w1(b * 2 + 1) ** 2).backward()
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
+
+
+def test_joint_strategy_scales_by_the_incoming_gradient_and_retains():
+    f = symgrad.compile(w1)
+    x = symgrad.tensor(np.linspace(-1, 2, 7), requires_grad=True)
+    ref = symgrad.tensor(np.linspace(-1, 2, 7), requires_grad=True)
+    (w1(ref) * 3.0).backward()
+    out = f(x)
+    assert f.kernels_for(x).strategy == "joint"
+    (out * 1.5).backward(retain_graph=True)
+    (out * 1.5).backward()            # the saved gradients are not consumed by the first backward
+    np.testing.assert_allclose(x.grad.numpy(), ref.grad.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="second time"):
+        out.backward()
 
 
 def test_retain_graph_and_second_backward_error():
