@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
+
 from symgrad.ir.graph import Graph, Node, Value
+
+from .simd import MIN_ELEMENTS, simd_functions
 
 FUSABLE_REDUCTIONS = {"sum", "mean", "sum.dim_IntList", "mean.dim"}
 
@@ -53,15 +57,33 @@ class Group:
     start: int = 0                                          # graph position where the loop runs
 
 
-def _fusable(node: Node) -> bool:
+def vectorised_by_numpy(node: Node) -> bool:
+    """True for an elementwise node that numpy computes much faster than a scalar loop can
+    (a SIMD elementary function, see :mod:`codegen.simd`), on an array big enough to split for."""
     if node.expr is None or len(node.outputs) != 1:
         return False
-    # bool-valued comparisons are fine as loop temporaries; only floating outputs are kept simple
-    return True
+    out = node.outputs[0]
+    n = 1
+    for s in out.shape:
+        n *= s
+    if n < MIN_ELEMENTS:
+        return False
+    fast = simd_functions(out.dtype.name)
+    return any(type(f).__name__ in fast for f in node.expr.atoms(sympy.Function))
 
 
-def fusion_groups(graph: Graph) -> list[Group]:
+def _fusable(node: Node, offload: bool) -> bool:
+    if node.expr is None or len(node.outputs) != 1:
+        return False
+    # bool-valued comparisons are fine as loop temporaries; SIMD-able functions go to numpy
+    return not (offload and vectorised_by_numpy(node))
+
+
+def fusion_groups(graph: Graph, offload: bool = True) -> list[Group]:
     """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
+
+    With ``offload``, nodes that numpy vectorises (:func:`vectorised_by_numpy`) stay outside
+    the loops and run as numpy calls between them.
 
     A node joins the group of a same-shape producer only if everything else it reads is ready
     before that group starts: the group then runs at its first node's position, all at once.
@@ -72,7 +94,7 @@ def fusion_groups(graph: Graph) -> list[Group]:
     start: dict[int, int] = {}        # id(group) -> position of its first node
     for pos, node in enumerate(graph.nodes):
         chosen = None
-        if _fusable(node):
+        if _fusable(node, offload):
             shape = tuple(node.output.shape)
             for v in node.inputs:
                 p = v.producer

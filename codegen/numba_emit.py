@@ -15,6 +15,7 @@ Integer constants and exponents stay literal (``x**2`` must stay a multiplicatio
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x).sum(), np.ones(4))
 >>> e = emit_numba(g, "forward")
 >>> print(e.kernels[0])                                        # doctest: +NORMALIZE_WHITESPACE
+@njit(error_model='numpy')
 def group_0(x, n0):
     acc_0 = 0.0
     for i0 in range(n0):
@@ -49,6 +50,18 @@ from .fuse import Group, fusion_groups, reduction_dims
 # reductions deterministic: each chunk sums its rows in order, then the chunks are added in order.
 PARALLEL_CHUNKS = 64
 
+# Under parallel="auto", loops of at least this many elements run on Numba's threads (when it
+# has more than one): below it, waking the thread pool costs more than it saves.
+PARALLEL_MIN_ELEMENTS = 1 << 18
+
+
+def _parallel_loop(grp: Group, option) -> bool:
+    if option != "auto":
+        return bool(option) and len(grp.shape) > 0
+    import numba
+
+    return numba.config.NUMBA_NUM_THREADS > 1 and int(np.prod(grp.shape)) >= PARALLEL_MIN_ELEMENTS
+
 
 def _scalar_namespace():
     from .scalar_math import SCALAR_NAMESPACE
@@ -58,35 +71,23 @@ def _scalar_namespace():
 
 @dataclass
 class NumbaEmitted:
-    """The glue source, one kernel source per group, and how to compile them."""
+    """The glue source, one decorated kernel source per group, and how to compile them."""
 
     name: str
     source: str
     kernels: list[str]
     namespace: dict = field(default_factory=dict)
-    parallel: bool = False
-    fastmath: bool = False
-
-    @property
-    def decorator(self) -> str:
-        flags = ["error_model='numpy'"]
-        if self.parallel:
-            flags.append("parallel=PARALLEL_PRANGE_ONLY")
-        if self.fastmath:
-            flags.append("fastmath=True")
-        return f"@njit({', '.join(flags)})"
 
     @property
     def full_source(self) -> str:
-        return "\n\n".join([f"{self.decorator}\n{k}" for k in self.kernels] + [self.source])
+        return "\n\n".join(self.kernels + [self.source])
 
     def compile(self, cache: bool = True):
         """The glue function, calling kernels compiled by :mod:`codegen.jit` (from its disk cache
         with ``cache``).  The glue is plain Python: it is made by ``exec`` and never cached."""
         from . import jit
 
-        options = {"parallel": self.parallel, "fastmath": self.fastmath}
-        kernels = jit.load_kernels(self.kernels, options, cache=cache)
+        kernels = jit.load_kernels(self.kernels, cache=cache)
         glb = dict(self.namespace)
         glb.update(kernels)
         exec(compile(self.source, f"<symgrad {self.name}>", "exec"), glb)
@@ -94,6 +95,16 @@ class NumbaEmitted:
         fn.__source__ = self.full_source
         fn.kernels = list(kernels.values())
         return fn
+
+
+def decorator(parallel: bool, fastmath: bool) -> str:
+    """The ``@njit(...)`` line of a generated kernel (the disk cache adds ``cache=True``)."""
+    flags = ["error_model='numpy'"]
+    if parallel:
+        flags.append("parallel=PARALLEL_PRANGE_ONLY")
+    if fastmath:
+        flags.append("fastmath=True")
+    return f"@njit({', '.join(flags)})"
 
 
 def _broadcast_read(src: str, shape: tuple, out_shape: tuple) -> str:
@@ -127,13 +138,20 @@ def _lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
     return expr.func(*args, evaluate=False) if isinstance(expr, (sympy.Add, sympy.Mul)) else expr.func(*args)
 
 
-def emit_numba(graph: Graph, name: str, *, parallel: bool = False, fastmath: bool = False) -> NumbaEmitted:
-    """Fused loop kernels for the elementwise parts of ``graph`` and Python glue for the rest."""
+def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmath: bool = False,
+               offload: bool = True) -> NumbaEmitted:
+    """Fused loop kernels for the elementwise parts of ``graph`` and Python glue for the rest.
+
+    ``parallel``: True, False, or ``"auto"`` (per loop: at least :data:`PARALLEL_MIN_ELEMENTS`
+    elements and more than one Numba thread).  ``offload``: elementary functions that numpy
+    vectorises on this CPU run as numpy calls between the loops (:mod:`codegen.simd`) instead
+    of as scalar libm calls inside them.
+    """
     names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
     for n in graph.nodes:
         for o in n.outputs:
             names[o.name] = _ident(o.name)
-    groups = fusion_groups(graph)
+    groups = fusion_groups(graph, offload)
     group_of = {n: g for g in groups for n in g.nodes}
     fused_reduction = {r: g for g in groups for r in g.reductions}
     ns = _scalar_namespace()
@@ -167,8 +185,9 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool = False, fastmath: boo
                 continue
             emitted_groups.add(id(grp))
             k = len(kernels)
-            source, constants = _kernel_source(grp, k, names, needed, parallel)
-            kernels.append(source)
+            in_parallel = _parallel_loop(grp, parallel)
+            source, constants = _kernel_source(grp, k, names, needed, in_parallel)
+            kernels.append(decorator(in_parallel, fastmath) + "\n" + source)
             args = []
             for v in grp.inputs:
                 src = source_of(v)
@@ -200,7 +219,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool = False, fastmath: boo
         glue += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    return NumbaEmitted(name, "\n".join(glue), kernels, ns, parallel=parallel, fastmath=fastmath)
+    return NumbaEmitted(name, "\n".join(glue), kernels, ns)
 
 
 def _generic_arg(a, constants: list, code: str) -> str:

@@ -48,28 +48,12 @@ except ImportError:  # pragma: no cover - numba is a dependency; kept working wi
     DEFAULT_BACKEND = "numpy"
 
 
-# Loops of at least this many elements run in parallel under ``parallel="auto"`` (when Numba
-# has more than one thread): below it, starting the thread pool costs more than it saves.
-PARALLEL_MIN_ELEMENTS = 1 << 18
-
-
-def _parallel_for(graph: Graph, option) -> bool:
-    if option != "auto":
-        return bool(option)
-    import numba
-
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        return False
-    biggest = max((int(np.prod(n.outputs[0].shape)) for n in graph.nodes if n.outputs), default=0)
-    return biggest >= PARALLEL_MIN_ELEMENTS
-
-
 def _emit(graph: Graph, name: str, options: dict):
     if options["backend"] == "numba":
         from codegen.numba_emit import emit_numba
 
-        e = emit_numba(graph, name, parallel=_parallel_for(graph, options["parallel"]),
-                       fastmath=bool(options["fastmath"]))
+        e = emit_numba(graph, name, parallel=options["parallel"], fastmath=bool(options["fastmath"]),
+                       offload=options["numpy_simd"])
         return e.compile(cache=options["cache"]), e.full_source
     e = emit_numpy(graph, name)
     return e.compile(), e.source
@@ -150,7 +134,7 @@ class CompiledFunction:
     """A function compiled by :func:`compile`; call it like the original."""
 
     def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-                 backend: str | None = None, scalar_loss: str = "joint") -> None:
+                 backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True) -> None:
         backend = backend or DEFAULT_BACKEND
         if backend not in ("numpy", "numba"):
             raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numba', 'numpy')")
@@ -159,7 +143,7 @@ class CompiledFunction:
         if scalar_loss not in ("joint", "split"):
             raise ValueError(f"symgrad.compile: scalar_loss must be 'joint' or 'split', not {scalar_loss!r}")
         self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-                        "scalar_loss": scalar_loss}
+                        "scalar_loss": scalar_loss, "numpy_simd": numpy_simd}
         self._kernels: dict = {}
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0}
@@ -300,7 +284,7 @@ class CompiledFunction:
 
 
 def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-            backend: str | None = None, scalar_loss: str = "joint"):
+            backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True):
     """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
 
     * ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the
@@ -315,6 +299,9 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
       backward only scales them by the incoming gradient; ``"split"`` runs the partitioned
       forward, then the backward kernel at ``.backward()`` (AOTAutograd's way).  Non-scalar outputs
       always split.
+    * ``numpy_simd=True``: on loops of 512 elements or more, elementary functions that numpy
+      evaluates with SIMD on this CPU (exp, log, tanh, ...: see :mod:`codegen.simd`) run as numpy
+      calls between fused loops, since inside a Numba loop each is a scalar libm call.
 
     >>> @symgrad.compile(parallel=False)
     ... def f(x):
@@ -323,7 +310,7 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
     (False, 'joint')
     """
     options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-               "scalar_loss": scalar_loss}
+               "scalar_loss": scalar_loss, "numpy_simd": numpy_simd}
     if fn is None:
         return lambda f: CompiledFunction(f, **options)
     return CompiledFunction(fn, **options)

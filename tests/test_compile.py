@@ -296,7 +296,7 @@ def test_a_new_dtype_compiles_new_kernels():
 
 def test_value_and_grad_new_size_reuses_the_kernel():
     vg = symgrad.value_and_grad(w1)
-    vg(np.linspace(-1, 1, 10))
+    vg(np.linspace(-1, 1, 700))     # both sizes above codegen.simd.MIN_ELEMENTS: the same loop structure
     before = vg.compiled.stats()
     x = np.linspace(-1, 2, 1001)
     value, grad = vg(x)
@@ -357,3 +357,48 @@ def test_fastmath_is_opt_in():
     plain(a).backward()
     fast(b).backward()
     np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-12)
+
+
+# --- SIMD elementary functions handed to numpy -----------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_simd_functions_run_in_numpy_between_fused_loops(dtype):
+    from codegen.simd import MIN_ELEMENTS, simd_functions
+
+    if "tanh" not in simd_functions(np.dtype(dtype).name):
+        pytest.skip("numpy has no SIMD tanh on this CPU")
+    x = np.linspace(-2, 3, MIN_ELEMENTS + 88).astype(dtype)
+    for simd in (True, False):
+        f = symgrad.compile(w1, numpy_simd=simd)
+        t = symgrad.tensor(x, requires_grad=True)
+        k = f.inspect(t)
+        glue = k.joint_source.rsplit("\ndef joint", 1)[1]
+        assert ("op_tanh(" in glue) == simd and ("op_log1p(" in glue) == simd
+        f(t).backward()
+        ref = symgrad.tensor(x, requires_grad=True)
+        w1(ref).backward()
+        rtol = 1e-12 if dtype == np.float64 else 2e-5
+        np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=rtol, atol=rtol)
+        assert t.grad.dtype == ref.grad.dtype
+
+
+def test_small_loops_keep_their_functions_fused():
+    f = symgrad.compile(w1)
+    k = f.inspect(symgrad.tensor(np.linspace(-1, 1, 16), requires_grad=True))
+    glue = k.joint_source.rsplit("\ndef joint", 1)[1]
+    assert "op_tanh(" not in glue and "tanh(" in k.joint_source
+
+
+@pytest.mark.parametrize("name,arrays", [
+    ("w2", lambda r: [r.standard_normal((40, 20)), r.standard_normal(20), r.standard_normal(20)]),
+    ("w3", lambda r: [r.standard_normal(s) for s in [(30, 8), (8, 24), (24,), (24, 1), (1,), (30, 1)]]),
+    ("w5", lambda r: [3 * r.standard_normal((30, 20)), r.integers(0, 20, 30)]),
+])
+def test_workloads_above_the_simd_threshold_match_eager(name, arrays):
+    data = arrays(np.random.default_rng(11))
+    value, grads = symgrad.value_and_grad(FUNCS[name], argnums=tuple(
+        i for i, a in enumerate(data) if a.dtype.kind == "f"))(*data)
+    ref_value, ref_grads = _eager_grads(FUNCS[name], data)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    for g, ref in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, ref, rtol=1e-10, atol=1e-14)
