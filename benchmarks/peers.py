@@ -44,7 +44,7 @@ class Impl:
     threads: int             # Numba threads while it runs (the rest of the process runs one thread)
     tool: str                # what :func:`load` must import: symgrad, numba, numpy, torch, jax, ...
     build: Callable[[Workload, dict, Any], Prepared]
-    full_only: bool = False  # too slow to set up for ``--quick`` (skipped there, with a line saying so)
+    full_only: bool = False  # not in ``--quick`` (skipped there, with a line saying so)
     note: str = ""
 
 
@@ -290,7 +290,7 @@ IMPLS: list[Impl] = [
     Impl("hand", BASELINE, "hand", 1, "numba", build_hand_numba(serial=True),
          note="fused forward+backward loop, scalar libm math, one thread (the baseline)"),
     Impl("hand-par", "hand Numba parallel (2 thr)", "hand", 2, "numba", build_hand_numba(serial=False),
-         note="the same loop with prange, 2 Numba threads"),
+         full_only=True, note="the same loop with prange, 2 Numba threads"),
     Impl("numpy", "numpy hand grad", "hand", 1, "numpy", build_numpy,
          note="hand-written numpy gradient (benchmarks/workloads.py)"),
     Impl("sg-vg", "symgrad value_and_grad", "symgrad", 1, "symgrad", build_symgrad_vg(parallel=False),
@@ -298,7 +298,8 @@ IMPLS: list[Impl] = [
     Impl("sg-compile", "symgrad compile + backward", "symgrad", 1, "symgrad", build_symgrad_compiled,
          note="tensor API: compiled call returning a Tensor, then .backward()"),
     Impl("sg-vg-par", "symgrad value_and_grad parallel (2 thr)", "symgrad", 2, "symgrad",
-         build_symgrad_vg(parallel=True), note="symgrad.compile(f, parallel=True), 2 Numba threads"),
+         build_symgrad_vg(parallel=True), full_only=True,
+         note="symgrad.compile(f, parallel=True), 2 Numba threads"),
     Impl("sg-eager", "symgrad eager", "symgrad", 1, "symgrad", build_symgrad_eager,
          note="symgrad.tensor(..., requires_grad=True), f, loss.backward()"),
     Impl("torch", "torch eager", "peer", 1, "torch", build_torch_eager, note="torch.set_num_threads(1)"),

@@ -22,7 +22,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-BASELINE_STYLE = {"color": "black", "linewidth": 2.5}
+BASELINE_STYLE = {"color": "black", "linewidth": 2.5, "marker": "o"}
+
+
+def _style(k: int) -> dict:
+    """A distinct colour, marker and line style for the k-th implementation (more lines than colours)."""
+    colours = plt.get_cmap("tab10").colors
+    return {"color": colours[k % 10], "linestyle": "-" if k % 20 < 10 else "--",
+            "marker": "osD^v<>ph*"[k % 10]}
 
 
 def _subtitle(doc: dict) -> str:
@@ -81,7 +88,7 @@ def plot_w1_scaling(doc: dict, path: str) -> bool:
         return False
     pts = sorted(sc["points"], key=lambda p: p["n"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
-    for name in _order(doc):
+    for k, name in enumerate(_order(doc)):
         xs, ts, rs = [], [], []
         for p in pts:
             e = p["results"].get(name)
@@ -91,9 +98,10 @@ def plot_w1_scaling(doc: dict, path: str) -> bool:
                 rs.append(e.get("ratio_to_baseline") or math.nan)
         if not xs:
             continue
-        style = BASELINE_STYLE if name == doc["baseline"] else {}
-        ax1.plot(xs, ts, marker="o", label=name, **style)
-        ax2.plot(xs, rs, marker="o", label=name, **style)
+        style = dict(BASELINE_STYLE) if name == doc["baseline"] else _style(k)
+        style.setdefault("marker", "o")
+        ax1.plot(xs, ts, label=name, **style)
+        ax2.plot(xs, rs, label=name, **style)
     ax1.set(xscale="log", yscale="log", xlabel="N (elements of x)", ylabel="ns per element (forward+backward)",
             title="W1: time per element")
     ax2.set(xscale="log", yscale="log", xlabel="N (elements of x)", ylabel=f"time / {doc['baseline']}",

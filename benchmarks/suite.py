@@ -1,7 +1,7 @@
 """The benchmark suite: symgrad against the tools users would otherwise pick (DESIGN.md section 6).
 
     python -m benchmarks.suite                     # the full run (about 10 minutes on 2 vCPUs)
-    python -m benchmarks.suite --quick             # under 2 minutes: fewer samples, smaller extras
+    python -m benchmarks.suite --quick             # under 2 minutes: one thread, fewer samples, smaller extras
     python -m benchmarks.suite --json F --plot DIR # also write the results as JSON and PNG plots
     python -m benchmarks.suite --only W1,W2 --impls hand,numpy,sg-vg,jax --size-scale 0.1
 
@@ -66,7 +66,8 @@ CHAIN_OPS = (10, 100, 1000)
 MEMORY_N = 10_000_000
 MEMORY_IMPLS = ("numpy", "hand", "sg-eager", "sg-vg", "sg-compile", "torch", "torch-compile", "jax",
                 "autograd", "pytensor")
-QUICK_MEMORY_IMPLS = ("numpy", "sg-eager", "sg-vg", "sg-compile", "torch")
+QUICK_MEMORY_IMPLS = ("sg-eager", "sg-vg", "sg-compile", "torch")
+QUICK_LATENCY_TOOLS = ("sg-vg", "hand", "jax")
 
 
 # --- checking and timing one workload --------------------------------------------------------------
@@ -373,7 +374,8 @@ def select_impls(keys: str | None, quick: bool) -> tuple[list[peers.Impl], dict[
     chosen, left_out = [], {}
     for impl in peers.IMPLS:
         if quick and impl.full_only:
-            left_out[impl.name] = "not in --quick (compiling costs seconds per workload); run without --quick"
+            left_out[impl.name] = ("not in --quick (" + ("the 2-thread rows are in the full run" if impl.threads > 1
+                                   else "compiling costs seconds per workload") + "); run without --quick")
         else:
             chosen.append(impl)
     return chosen, left_out
@@ -405,7 +407,8 @@ def _reexec(argv: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="7 samples of >= 20 ms, no W1 1e7 or torch.compile, smaller extras (< 2 minutes)")
+                    help="7 samples of >= 20 ms; no W1 1e7, torch.compile or 2-thread rows; smaller extras "
+                         "(< 2 minutes)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR (needs matplotlib)")
     ap.add_argument("--only", metavar="W1,W2", help="workloads: W1..W5 (a family) or exact names like 'W1 1e6'")
@@ -482,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     order = [i.name for i in peers.IMPLS if i.name in impl_names]
 
     records = doc["workloads"]
+    part_started: dict[str, float] = {"setup": started}  # imports, checks of the tools, versions
+    part_started["table"] = time.perf_counter()
     if "table" in parts:
         log("## runtime table")
         for name in names:
@@ -503,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         log(absolute_table(records, order))
         log("")
 
+    part_started["scaling"] = time.perf_counter()
     if "scaling" in parts:
         log("## W1 runtime vs N")
         sizes = QUICK_SCALING_N if args.quick else SCALING_N
@@ -535,15 +541,17 @@ def main(argv: list[str] | None = None) -> int:
             out.append(key)
         return out
 
+    part_started["latency"] = time.perf_counter()
     if "latency" in parts:
         log("## first-call latency (fresh processes: cold = empty caches, warm = second process)")
-        tools = tools_of(latency.LATENCY_TOOLS)
+        tools = [t for t in tools_of(latency.LATENCY_TOOLS) if not args.quick or t in QUICK_LATENCY_TOOLS]
         doc["latency"] = latency.first_call_latency(tools, repeats=1 if args.quick else 3, log=log)
         log("")
         log(f"### time from after the imports to the first W1 gradient (x[{latency.W1_N}])")
         log(latency_table(doc["latency"]))
         log("")
 
+    part_started["compile"] = time.perf_counter()
     if "compile" in parts:
         log("## compile time vs graph size (chains of elementwise ops on x[64], empty caches)")
         ops = [n for n in CHAIN_OPS if not (args.quick and n > 100)]
@@ -554,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         log(compile_table(doc["compile_scaling"]))
         log("")
 
+    part_started["memory"] = time.perf_counter()
     if "memory" in parts:
         n = _scaled(MEMORY_N // (10 if args.quick else 1), args.size_scale)
         log(f"## peak memory of one W1 forward+backward, x[{n}] (subprocess per implementation)")
@@ -565,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         log(memory_table(doc["memory"]["rows"]))
         log("")
 
+    part_started["end"] = time.perf_counter()
+    marks = list(part_started.items())
+    doc["part_seconds"] = {name: round(marks[i + 1][1] - t, 2) for i, (name, t) in enumerate(marks[:-1])
+                           if name in parts or name == "setup"}
     excluded = [(r["workload"], name, e) for r in records + [p for p in (doc["scaling"] or {}).get("points", [])
                                                            if p["source"] != "table"]
                 for name, e in r["results"].items() if e["status"] in ("mismatch", "error")]
@@ -573,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         for wname, name, e in excluded:
             log(f"- {name} on {wname}: {e['problems'][0]}")
     doc["elapsed_s"] = time.perf_counter() - started
-    log(f"total {doc['elapsed_s']:.0f} s")
+    log(f"total {doc['elapsed_s']:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in doc["part_seconds"].items())
+        + ")")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=1)
