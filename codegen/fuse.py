@@ -72,6 +72,31 @@ def vectorised_by_numpy(node: Node) -> bool:
     return any(type(f).__name__ in fast for f in node.expr.atoms(sympy.Function))
 
 
+def scatter_accumulations(graph: Graph) -> dict[Node, tuple[Node, Value]]:
+    """``add(index_put_add(v, shape, idx), y)`` nodes that can add ``v`` into ``y`` at ``idx``.
+
+    The backward of indexing (``x[rows, labels]``) is a dense array of zeros with a few values
+    scattered in; added to another gradient, it is cheaper to scatter into that gradient than
+    to write and read the dense zeros.  Returns ``{add node: (index_put_add node, y)}``.
+    """
+    users = graph.users()
+    found: dict[Node, tuple[Node, Value]] = {}
+    for node in graph.nodes:
+        if node.op != "add.Tensor" or len(node.args) != 2:
+            continue
+        out = node.outputs[0]
+        for scattered, other in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+            p = getattr(scattered, "producer", None)
+            if p is None or p.op != "index_put_add" or users.get(scattered) != [node] or \
+                    scattered is other or not isinstance(other, Value):
+                continue
+            if tuple(other.shape) == tuple(out.shape) == tuple(scattered.shape) and \
+                    other.dtype is out.dtype is scattered.dtype:
+                found[node] = (p, other)
+                break
+    return found
+
+
 def _fusable(node: Node, offload: bool) -> bool:
     if node.expr is None or len(node.outputs) != 1:
         return False
@@ -90,11 +115,12 @@ def fusion_groups(graph: Graph, offload: bool = True) -> list[Group]:
     """
     groups: list[Group] = []
     member: dict[Node, Group] = {}
+    scatters = scatter_accumulations(graph)
     ready_at: dict[Value, int] = {}   # position after which a value exists
     start: dict[int, int] = {}        # id(group) -> position of its first node
     for pos, node in enumerate(graph.nodes):
         chosen = None
-        if _fusable(node, offload):
+        if node not in scatters and _fusable(node, offload):
             shape = tuple(node.output.shape)
             for v in node.inputs:
                 p = v.producer

@@ -43,8 +43,8 @@ import sympy
 
 from symgrad.ir.graph import SHORT_DTYPES, Graph, Value, _arg_text
 
-from .emit import _ident, _Printer, node_statements
-from .fuse import Group, fusion_groups, reduction_dims
+from .emit import _ident, _Printer, arg_source, node_comment, node_statements
+from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
 
 # Outer-loop chunks of a parallel kernel.  A fixed count (not the thread count) keeps parallel
 # reductions deterministic: each chunk sums its rows in order, then the chunks are added in order.
@@ -152,6 +152,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         for o in n.outputs:
             names[o.name] = _ident(o.name)
     groups = fusion_groups(graph, offload)
+    scatters = scatter_accumulations(graph)
+    scattered = {p for p, _ in scatters.values()}
     group_of = {n: g for g in groups for n in g.nodes}
     fused_reduction = {r: g for g in groups for r in g.reductions}
     ns = _scalar_namespace()
@@ -174,6 +176,10 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             needed.update(source_of(v) for v in grp.inputs)
         elif n in fused_reduction:
             continue
+        elif n in scatters and n.outputs[0] in needed:
+            p, other = scatters[n]
+            needed.update(p.inputs)
+            needed.add(other)
         elif any(o in needed for o in n.outputs):
             needed.update(n.inputs)
 
@@ -214,12 +220,34 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 else:
                     glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
             continue
-        if n in fused_reduction or not any(o in needed for o in n.outputs):
+        if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):
+            continue
+        if n in scatters:
+            glue += _scatter_statements(n, *scatters[n], names, ns, graph, group_of)
             continue
         glue += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return NumbaEmitted(name, "\n".join(glue), kernels, ns)
+
+
+def _scatter_into(target, indices, values):
+    np.add.at(target, indices, values)  # repeated indices accumulate, as in index_put_add
+    return target
+
+
+def _scatter_statements(n, scatter, other: Value, names: dict, ns: dict, graph: Graph, group_of: dict) -> list:
+    """``out = other + index_put_add(values, shape, idx)`` as a scatter into ``other`` (in place
+    when ``other`` is a loop's fresh output that nothing else reads)."""
+    values, _, index = scatter.args
+    users = graph.users()
+    fresh = other.producer in group_of and users.get(other) == [n] and other not in graph.outputs
+    ns["scatter_into"] = _scatter_into
+    src = names[other.name] if fresh else f"{names[other.name]}.copy()"
+    return [f"    # {node_comment(scatter)}",
+            f"    # {node_comment(n)}: scattered into %{other.name}" + (" in place" if fresh else ""),
+            f"    {names[n.outputs[0].name]} = scatter_into({src}, "
+            f"{arg_source(index, names[n.outputs[0].name], names, ns)}, {names[values.name]})"]
 
 
 def _generic_arg(a, constants: list, code: str) -> str:

@@ -27,6 +27,7 @@ from ..autograd.grad_mode import STATE
 from ..dtypes import from_numpy_dtype
 from ..ops import registry
 from ..tensor import Tensor
+from .decompositions import DECOMPOSITIONS
 from .graph import Graph, IndexRef, Value
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,16 +51,22 @@ def user_frame() -> str:
 class Tracer:
     """Receives op calls from the registry and appends them to a :class:`Graph`."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, decompose: bool = True) -> None:
         self.graph = graph
+        self.decompositions = DECOMPOSITIONS if decompose else {}
         self._values: dict[int, tuple[Tensor, Value]] = {}
         # ndarray id -> (array, Value) for op outputs: autograd re-wraps saved outputs in new
         # Tensor objects around the same array (SavedVariable.unpack_tensor), which must map back.
         self._arrays: dict[int, tuple[np.ndarray, Value]] = {}
+        # id(tensor) -> its version when bound: a tensor whose version moved on without an in-place
+        # op on it was written through a view (views share the counter); the graph cannot follow
+        self._versions: dict[int, int] = {}
+        self.inputs: list[tuple[Tensor, Value]] = []
 
     # --- tensor <-> value -------------------------------------------------------------------
     def bind(self, t: Tensor, v: Value) -> None:
         self._values[id(t)] = (t, v)  # holding t keeps its id from being reused during the trace
+        self._versions[id(t)] = 0 if t._vc is None else t._vc.value
 
     def value_of(self, t: Tensor) -> Value | None:
         entry = self._values.get(id(t))
@@ -76,6 +83,12 @@ class Tracer:
 
     def _as_value(self, t: Tensor) -> Value:
         v = self.value_of(t)
+        if v is not None and t._vc is not None and self._versions.get(id(t), t._vc.value) != t._vc.value:
+            raise TraceError(
+                f"%{v.name} is read at {user_frame()} after it was modified in place through another tensor "
+                "sharing its memory (a view such as y[0], y.view(...), y.t() or y.detach()); a compiled graph "
+                "does not follow writes through views: write into the tensor itself (y[0] = ..., y.add_(...)) "
+                "or clone() the view before modifying it")
         if v is None:  # a tensor made inside the function or captured from outside: a constant
             data = np.array(t._data, copy=True)
             node = self.graph.add_node("constant", (), [(from_numpy_dtype(data.dtype), data.shape)], data=data,
@@ -108,6 +121,9 @@ class Tracer:
 
     # --- the registry's hook ----------------------------------------------------------------
     def record(self, op, args: tuple, outputs: Sequence[Tensor]) -> None:
+        decompose = self.decompositions.get(op.key)
+        if decompose is not None and len(outputs) == 1 and self._decompose(decompose, args, outputs[0]):
+            return
         schema_args = op.rule.schema.args
         rec = tuple(self._arg(a, spec) for a, spec in zip(args, schema_args))
         expr = None
@@ -125,6 +141,18 @@ class Tracer:
             self.bind(t, v)
             self._arrays[id(t._data)] = (t._data, v)
 
+    def _decompose(self, decompose, args: tuple, output: Tensor) -> bool:
+        """Record ``decompose(*args)`` (its ops record themselves) as the value of ``output``."""
+        result = decompose(*args)
+        if result is None:
+            return False
+        v = self._as_value(result)
+        if v.shape != tuple(output._data.shape) or v.dtype is not output.dtype:
+            raise AssertionError(f"a decomposition gives {v.type_str} for {output.dtype}{list(output.shape)}")
+        self.bind(output, v)
+        self._arrays[id(output._data)] = (output._data, v)
+        return True
+
     def alias(self, new: Tensor, old: Tensor, op: str) -> None:
         """``new`` is ``old`` seen through ``op`` (``detach``): one node, same data."""
         src = self._as_value(old)
@@ -133,6 +161,22 @@ class Tracer:
 
     def rebind(self, t: Tensor, result: Tensor) -> None:
         """An in-place op made ``t`` hold ``result``'s value."""
+        for x, xv in self.inputs:
+            if x is t or (t._vc is not None and x._vc is t._vc):
+                raise TraceError(
+                    f"in-place modification of the input {xv.name!r} inside a compiled function, at {user_frame()}: "
+                    "the compiled function would not write the new value back to the caller's array. Compute a "
+                    "new value instead (x = x + 1 rather than x += 1, x.add_(1) or x[0] = ...), or clone() the "
+                    "input first")
+        if t._data.base is not None:  # a write into a view that shares no version counter with its base
+            cur = self.value_of(t)
+            for u, uv in list(self._values.values()):
+                if u is not t and uv is not cur and (t._vc is None or u._vc is not t._vc) and \
+                        np.may_share_memory(u._data, t._data) and np.shares_memory(u._data, t._data):
+                    raise TraceError(
+                        f"in-place modification of a view of %{uv.name} (made by view/reshape), at {user_frame()}: "
+                        "a compiled graph does not follow writes through views; write into the tensor itself "
+                        "(y[0] = ..., y.add_(...)) or clone() the view before modifying it")
         v = self._as_value(result)
         self.bind(t, v)
         self._arrays[id(t._data)] = (t._data, v)  # the array now holds the new value
@@ -176,16 +220,17 @@ def _arg_names(fn: Callable, n: int) -> list[str]:
 
 
 def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
-          requires_grad: Sequence[bool] | None = None) -> Graph:
+          requires_grad: Sequence[bool] | None = None, decompose: bool = True) -> Graph:
     """Trace ``fn`` on example inputs (numpy arrays, Tensors or numbers) into a :class:`Graph`.
 
     Arrays and Tensors become placeholders; Python numbers are constants of the trace.
     ``requires_grad[i]`` makes input ``i`` require grad while tracing (autodiff uses it).
+    ``decompose`` records the ops of :mod:`symgrad.ir.decompositions` as their primitives.
 
     >>> g = symgrad.trace(lambda x: symgrad.exp(-x * x), np.zeros(4))
     """
     graph = Graph()
-    tracer = Tracer(graph)
+    tracer = Tracer(graph, decompose)
     names = list(names) if names is not None else _arg_names(fn, len(example_args))
     call_args = []
     for i, (name, a) in enumerate(zip(names, example_args)):
@@ -201,6 +246,7 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
             t.requires_grad_(True)
         v = graph.add_placeholder(name, t.dtype, t._data.shape)
         tracer.bind(t, v)
+        tracer.inputs.append((t, v))
         graph.example_inputs.append(t._data)
         call_args.append(t)
     previous = registry.set_recorder(tracer)

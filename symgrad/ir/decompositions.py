@@ -1,0 +1,41 @@
+"""Ops the tracer records as the primitives they are made of (AOTAutograd's decompositions).
+
+Eager mode keeps these ops whole (one node, PyTorch's ``LogsumexpBackward0``).  In a compiled
+graph their parts are better: the compiler can fuse them with their neighbours and, above all,
+the backward can reuse the forward's intermediate values.  ``logsumexp``'s gradient is
+``softmax = exp(x - max) / sum``: decomposed, the joint graph computes ``exp(x - max)`` once for
+the value and for the gradient, instead of a second pass of ``exp(x - result)``.
+
+A decomposition takes the op's arguments (tracer-bound Tensors) and returns a Tensor computed
+with symgrad ops, or None to record the op whole.  Every decomposition is checked against the op
+it replaces by ``tests/test_tracer.py`` (values and gradients).
+
+>>> import numpy as np, symgrad
+>>> g = symgrad.trace(lambda x: symgrad.logsumexp(x, dim=1), np.ones((2, 3)))
+>>> [n.op for n in g.nodes]
+['amax', 'detach', 'abs', 'eq.Tensor', 'where.self', 'sub.Tensor', 'exp', 'sum.dim_IntList', 'log', 'add.Tensor', 'view']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+
+def _logsumexp(self, dim, keepdim=False):
+    import symgrad
+
+    if self._data.size == 0:
+        return None
+    m = symgrad.amax(self, dim, keepdim=True).detach()          # max's gradient cancels out: leave it out
+    m = symgrad.where(symgrad.abs(m) == math.inf, 0.0, m)      # rows of -inf stay -inf (as PyTorch)
+    out = symgrad.log(symgrad.sum(symgrad.exp(self - m), dim, keepdim=True)) + m
+    if keepdim:
+        return out
+    dims = {d % self.ndim for d in ([dim] if isinstance(dim, int) else dim)}
+    return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims))
+
+
+DECOMPOSITIONS: dict[str, Callable] = {
+    "logsumexp": _logsumexp,
+}
