@@ -183,6 +183,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         elif any(o in needed for o in n.outputs):
             needed.update(n.inputs)
 
+    pool = _BufferPool(graph, scatters)
     emitted_groups: set[int] = set()
     for n in graph.nodes:
         grp = group_of.get(n)
@@ -200,9 +201,10 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 arg = f"{names[src.name]}.item()" if src.shape == () else names[src.name]
                 if arg not in args:
                     args.append(arg)
+            written = [v for v in grp.outputs if v in needed]
+            args += [pool.array(v) for v in written]
             args += [str(int(s)) for s in grp.shape]
             args += [repr(float(value)) for _, value in constants]
-            written = [v for v in grp.outputs if v in needed]
             results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
             target = ", ".join(results) + ("," if len(results) == 1 else "")
             glue.append(f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
@@ -225,10 +227,83 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         if n in scatters:
             glue += _scatter_statements(n, *scatters[n], names, ns, graph, group_of)
             continue
+        ufunc = _plain_ufunc(n)
+        if ufunc is not None and pool.poolable(n.outputs[0]):
+            (arg,) = n.inputs
+            out = n.outputs[0]
+            if arg in pool.slot and pool.users.get(arg) == [n]:
+                pool.slot[out] = pool.slot[arg]   # the input dies here: compute in place, as numpy code would
+            glue.append(f"    # {node_comment(n)}")
+            glue.append(f"    {names[out.name]} = np.{ufunc}({names[arg.name]}, out={pool.array(out)})")
+            continue
         glue += node_statements(n, names, ns)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
+    if pool.shapes:
+        # Intermediate arrays come from a pool of buffers reused across calls (the default list
+        # ``pool_``; a call takes a set, so concurrent calls never share one): a fresh multi-MB
+        # array costs a page fault per 4 KiB on first touch, more than the loop that fills it.
+        glue[0] = glue[0][:-2] + ", pool_=[]):"
+        made = ", ".join(f"np.empty({shape!r}, dtype=np.{dtype})" for shape, dtype in pool.shapes)
+        glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
+        glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return NumbaEmitted(name, "\n".join(glue), kernels, ns)
+
+
+# numpy ufuncs for IR functions (sympy names) that an offloaded node may call with ``out=``.
+_UFUNCS = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "tanh": "tanh", "sin": "sin",
+           "cos": "cos", "sinh": "sinh", "cosh": "cosh", "atan": "arctan", "log2": "log2", "exp2": "exp2"}
+
+# Glue ops whose result is a new array (never a view of an input): a pooled buffer may feed them.
+_FRESH_RESULT_OPS = {"mm", "mv", "bmm", "matmul", "dot", "sum", "sum.dim_IntList", "mean", "mean.dim", "amax",
+                     "amin", "logsumexp", "index_put_add", "where.self"}
+
+
+def _plain_ufunc(n) -> str | None:
+    """The numpy ufunc of a node that is exactly ``f(value)`` of its one same-dtype input."""
+    e = n.expr
+    if e is None or len(n.outputs) != 1 or len(n.inputs) != 1 or len(e.args) != 1 or not e.args[0].is_Symbol:
+        return None
+    if n.inputs[0].dtype is not n.outputs[0].dtype or tuple(n.inputs[0].shape) != tuple(n.outputs[0].shape):
+        return None
+    return _UFUNCS.get(type(e).__name__)
+
+
+class _BufferPool:
+    """Which intermediate arrays may live in reused buffers, and their slots in ``buf_``."""
+
+    def __init__(self, graph: Graph, scatters: dict) -> None:
+        self.users = graph.users()
+        self.outputs = {v for v in graph.outputs if v is not None}
+        self.scatter_nodes = set(scatters)
+        self.shapes: list[tuple] = []
+        self.slot: dict = {}
+
+    def poolable(self, v: Value) -> bool:
+        """True if no array the function returns can be ``v`` or a view of it."""
+        if v in self.outputs:
+            return False
+        for u in self.users.get(v, []):
+            if u in self.scatter_nodes:
+                return False                  # adds into ``v`` in place and returns it
+            if (u.expr is not None and not u.expr.is_Symbol) or u.op in _FRESH_RESULT_OPS:
+                continue                      # reads v, makes a new array (loops, ufuncs, matmul...)
+            if u.op in ("expand", "view", "_unsafe_view", "t", "transpose.int", "permute", "unsqueeze",
+                        "squeeze.dim", "detach"):
+                if all(self.poolable(o) for o in u.outputs):
+                    continue                  # a view, used only by readers
+            return False
+        return True
+
+    def array(self, v: Value) -> str:
+        """Source for the array a loop or ufunc writes ``v`` into."""
+        shape, dtype = tuple(int(d) for d in v.shape), v.dtype.np.name
+        if not self.poolable(v):
+            return f"np.empty({shape!r}, dtype=np.{dtype})"
+        if v not in self.slot:
+            self.slot[v] = len(self.shapes)
+            self.shapes.append((shape, dtype))
+        return f"buf_[{self.slot[v]}]"
 
 
 def _scatter_into(target, indices, values):
@@ -291,15 +366,13 @@ def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool)
     constants: list = []
     bodies = [_lift_constants(n.expr, constants) for n in grp.nodes]
     printer = _Printer(local)
-    lines = [f"def group_{k}({', '.join(params + sizes + [c for c, _ in constants])}):"]
     written = [v for v in grp.outputs if v in needed]
+    outs = [f"out_{names[v.name]}" for v in written]
+    lines = [f"def group_{k}({', '.join(params + outs + sizes + [c for c, _ in constants])}):"]
     dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
     # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
     # a per-chunk row (no two threads write the same element), added up after the loop.
     chunked = parallel and rank > 0
-    shape_src = "(" + ", ".join(sizes) + ("," if rank == 1 else "") + ")"
-    for v in written:
-        lines.append(f"    out_{names[v.name]} = np.empty({shape_src}, dtype=np.{v.dtype.np.name})")
     for j, dims in enumerate(dims_of):
         if len(dims) == rank:  # a full reduction: a scalar accumulator
             if chunked:
