@@ -30,7 +30,6 @@ def group_0(x, n0):
 def forward(x):
     # fused loop 0: 2 elementwise nodes over [4], 1 reduction(s)
     sum_, = group_0(x, 4)
-    sum_ = np.asarray(sum_, dtype='float64')
     return (sum_,)
 """
 
@@ -198,7 +197,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             args = []
             for v in grp.inputs:
                 src = source_of(v)
-                arg = f"{names[src.name]}.item()" if src.shape == () else names[src.name]
+                arg = f"float({names[src.name]})" if src.shape == () and src.dtype.is_floating_point else (
+                    f"{names[src.name]}.item()" if src.shape == () else names[src.name])
                 if arg not in args:
                     args.append(arg)
             written = [v for v in grp.outputs if v in needed]
@@ -219,7 +219,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 shape = tuple(int(s) for s in r.output.shape)
                 if shape:
                     glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
-                else:
+                elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
                     glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
             continue
         if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,9 +36,11 @@ from codegen.partition import Partition, partition
 
 from . import logs
 from .autodiff import autodiff
+from .autograd import anomaly
 from .autograd.grad_mode import STATE
 from .autograd.node import ERR_BACKWARD_TWICE, Node
 from .ir.graph import Graph
+from .ir.interpreter import first_nan
 from .ir.tracer import trace
 from .tensor import Tensor, gradient_edge
 
@@ -49,7 +52,10 @@ except ImportError:  # pragma: no cover - numba is a dependency; kept working wi
 
 
 def _emit(graph: Graph, name: str, options: dict):
-    if options["backend"] == "numba":
+    # Numba has no float16: such graphs run as numpy statements (eager mode's float16 semantics)
+    half = any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
+        any(v.dtype.np == np.float16 for v in graph.placeholders)
+    if options["backend"] == "numba" and not half:
         from codegen.numba_emit import emit_numba
 
         e = emit_numba(graph, name, parallel=options["parallel"], fastmath=bool(options["fastmath"]),
@@ -117,7 +123,8 @@ class CompiledFunctionBackward(Node):
                 return [None] * len(self._tensor_positions)
             scale = float(g)
             by_input = dict(zip(k.wrt, self._saved_values))
-            return [None if by_input.get(i) is None else by_input[i] * scale for i in self._tensor_positions]
+            out = [None if by_input.get(i) is None else by_input[i] * scale for i in self._tensor_positions]
+            return self._check_nan(out, [np.asarray(g)]) if anomaly.STATE.enabled else out
         tangents = []
         for i in k.diff_outputs:
             g = grads[i] if i < len(grads) else None
@@ -127,7 +134,23 @@ class CompiledFunctionBackward(Node):
             tangents.append(g)
         raw = k.backward(*self._saved_values, *tangents)
         by_input = dict(zip(k.wrt, raw))
-        return [by_input.get(i) for i in self._tensor_positions]
+        out = [by_input.get(i) for i in self._tensor_positions]
+        return self._check_nan(out, tangents) if anomaly.STATE.enabled else out
+
+    def _check_nan(self, out: list, tangents: list) -> list:
+        """Anomaly mode: name the op of the compiled graph where the first NaN appears."""
+        if not anomaly.is_anomaly_check_nan_enabled():
+            return out
+        for i, g in enumerate(out):
+            if g is not None and g.dtype.kind == "f" and np.isnan(g).any():
+                inputs = getattr(self, "_anomaly_inputs", None)
+                origin = first_nan(self.kernels.joint, *inputs, *tangents) if inputs is not None else None
+                site = anomaly.forward_site(self)
+                raise RuntimeError(
+                    f"Function 'CompiledFunctionBackward' returned nan values in its {i}th output"
+                    + (f"; the first NaN of the compiled joint graph is {origin}" if origin else "") + "."
+                    + (f" The compiled function was called at {site}." if site else ""))
+        return out
 
 
 class CompiledFunction:
@@ -233,6 +256,9 @@ class CompiledFunction:
         wrapped = [None if o is None else Tensor._wrap(np.asarray(o)) for o in outputs]
         if record and k.backward is not None:
             node = CompiledFunctionBackward(k, tuple(saved), len(tensors), scaled)
+            if anomaly.STATE.enabled:  # kept to find the op that makes a NaN gradient, and the call site
+                node._anomaly_inputs = [np.array(a, copy=True) for a in arrays]
+                node._trace = traceback.format_stack()[:-1]
             edges, metas = [], []
             for a in tensors:
                 edges.append(gradient_edge(a) if isinstance(a, Tensor) else (None, 0))
@@ -332,26 +358,40 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
     # Calls whose arguments are all numpy arrays skip the general path: per (dtype, shape) of
     # the arguments, remember the joint kernel (W4-sized problems are decided by this overhead).
     fast: dict = {}
+    stats = compiled._stats
 
     def run(*args):
         try:
-            key = tuple([(a.__class__, a.dtype, a.shape) for a in args])
+            if len(args) == 1:
+                a = args[0]
+                key = (a.__class__, a.dtype, a.shape)
+            else:
+                key = tuple([(a.__class__, a.dtype, a.shape) for a in args])
             plan = fast.get(key)
         except AttributeError:  # a Python number or list among the arguments
             key = plan = None
         if plan is not None:
             joint_fn, tangent, n_out = plan
             result = joint_fn(*args, tangent)
-            compiled._stats["calls"] += 1
+            stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
         arrays = tuple(np.asarray(a, dtype=np.float64) if isinstance(a, (list, float, int)) and i in nums
                        else a for i, a in enumerate(args))
         positions = [i for i, a in enumerate(arrays) if isinstance(a, (Tensor, np.ndarray))]
-        wrt = [positions.index(i) for i in nums]
+        for i in nums:
+            if not -len(arrays) <= i < len(arrays) or (i % len(arrays)) not in positions:
+                what = "out of range" if not -len(arrays) <= i < len(arrays) else \
+                    f"a {type(arrays[i]).__name__}, not an array"
+                raise TypeError(f"value_and_grad: argnums={argnums!r}: argument {i} is {what} (called with "
+                                f"{len(arrays)} arguments); differentiate numpy arrays, Tensors or Python numbers")
+        wrt = [positions.index(i % len(arrays)) for i in nums]
         k = compiled.kernels_for(*arrays, wrt=wrt, joint_kernel=True)
         compiled._stats["calls"] += 1
         data = [a._data if isinstance(a, Tensor) else a for a in arrays if isinstance(a, (Tensor, np.ndarray))]
         out_value = k.graph.outputs[0]
+        if k.n_outputs != 1:
+            raise ValueError(f"value_and_grad: the function must return one scalar Tensor, got a "
+                             f"{k.graph.output_kind} of {k.n_outputs} outputs")
         if out_value is None or out_value.shape != ():
             shape = None if out_value is None else out_value.shape
             raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
