@@ -9,9 +9,10 @@ The child (``python -m benchmarks.memory --child KEY --n N``) builds the impleme
 3. ``before``: RSS now; then the peak-RSS mark is reset (``echo 5 > /proc/self/clear_refs``);
 4. one forward+backward, results kept; ``peak``: the high-water mark ``VmHWM``.
 
-Reported: ``peak - before``, the extra memory one forward+backward needs at its peak (the returned
-gradient, ``8 N`` bytes, included), and ``before - base``, what the first call left behind (compiled
-code, caches, memory pools).  Where the peak mark cannot be reset (not Linux), ``peak`` is the
+Reported: ``peak - base``, the memory the implementation needs above its inputs at the peak of a
+call, made of ``before - base``, what it holds between calls (compiled code, caches, buffer pools,
+allocator pools), and ``peak - before``, what one forward+backward allocates on top of that (the
+returned gradient, ``8 N`` bytes, included).  Where the peak mark cannot be reset (not Linux), ``peak`` is the
 process's lifetime high-water mark and the row says so.  RSS counts memory allocated by every
 library (numpy, Numba, torch, XLA), unlike ``tracemalloc``.  The children run with
 ``MALLOC_MMAP_THRESHOLD_=1048576`` so that glibc returns freed large arrays to the system at once.
@@ -93,6 +94,7 @@ def measure(key: str, n: int) -> dict:
     ok = workloads.compare("grad", grads["x"], ref["x"], w.rtol) is None
     return {"n": n, "base_mib": base / MIB, "before_mib": before / MIB, "peak_mib": peak / MIB,
             "call_peak_mib": (peak - before) / MIB, "retained_by_first_call_mib": (before - base) / MIB,
+            "total_peak_mib": (peak - base) / MIB,
             "peak_reset": reset, "matches_numpy": bool(ok and abs(value - ref_value) <= 1e-6 * abs(ref_value)),
             "input_mib": inputs["x"].nbytes / MIB}
 
@@ -130,8 +132,9 @@ def run(keys: list[str], n: int, log, timeout: float = 900.0) -> list[dict]:
         elif "skipped" in r:
             log(f"  peak memory, {name}: skipped ({r['skipped']})")
         else:
-            log(f"  peak memory, {name}: +{r['call_peak_mib']:.0f} MiB during the call "
-                f"(input {r['input_mib']:.0f} MiB; first call left {r['retained_by_first_call_mib']:.0f} MiB)"
+            log(f"  peak memory, {name}: {r['total_peak_mib']:.0f} MiB above the inputs = "
+                f"{r['retained_by_first_call_mib']:.0f} MiB held between calls + {r['call_peak_mib']:.0f} MiB "
+                f"during the call (input {r['input_mib']:.0f} MiB)"
                 + ("" if r["matches_numpy"] else "  (gradient does NOT match numpy)"))
     return rows
 

@@ -5,8 +5,8 @@
 Needs matplotlib (``pip install ".[bench]"``).  Files: ``ratios.png`` (every implementation on every
 workload, relative to the hand Numba kernel), ``w1_scaling.png`` (time per call and ratio vs N),
 ``compile_scaling.png`` (first gradient vs chain length), ``latency.png`` (cold and warm first call)
-and ``memory.png`` (peak extra memory of one W1 forward+backward); a plot whose part was not run is
-not written.
+and ``memory.png`` (resident memory of a W1 forward+backward: held between calls, added during one);
+a plot whose part was not run is not written.
 """
 
 from __future__ import annotations
@@ -160,14 +160,17 @@ def plot_memory(doc: dict, path: str) -> bool:
     rows = [r for r in (mem or {}).get("rows", []) if "call_peak_mib" in r]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.8))
     y = np.arange(len(rows))
-    ax.barh(y, [r["call_peak_mib"] for r in rows])
-    ax.axvline(rows[0]["input_mib"], color="grey", linestyle="--", linewidth=0.8, label="size of x (= the gradient)")
+    held = [r["retained_by_first_call_mib"] for r in rows]
+    ax.barh(y, held, color="tab:grey", label="held between calls (code, caches, buffer pools)")
+    ax.barh(y, [r["call_peak_mib"] for r in rows], left=held, color="tab:blue",
+            label="added during one call (gradient included)")
+    ax.axvline(rows[0]["input_mib"], color="black", linestyle="--", linewidth=0.8, label="size of x (= the gradient)")
     ax.set_yticks(y, [r["name"] for r in rows])
     ax.invert_yaxis()
-    ax.set(xlabel="MiB above the resident set before the call",
-           title=f"peak extra memory of one W1 forward+backward, x[{mem['n']}]\n{_subtitle(doc)}")
+    ax.set(xlabel="MiB of resident memory above the inputs, at the peak of a call",
+           title=f"memory of a W1 forward+backward, x[{mem['n']}]\n{_subtitle(doc)}")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     fig.tight_layout()

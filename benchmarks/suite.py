@@ -271,14 +271,15 @@ def compile_table(rows: list[dict]) -> str:
 
 
 def memory_table(rows: list[dict]) -> str:
-    lines = ["| implementation | peak extra RSS during one call | x input size | left by the first call |",
-             "|---|---:|---:|---:|"]
+    lines = ["| implementation | peak RSS above the inputs | x input size | held between calls | "
+             "added during one call |", "|---|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r or "skipped" in r:
-            lines.append(f"| {r['name']} | {'failed' if 'error' in r else 'skip'} | | |")
+            lines.append(f"| {r['name']} | {'failed' if 'error' in r else 'skip'} | | | |")
             continue
-        lines.append(f"| {r['name']} | {r['call_peak_mib']:.0f} MiB | {r['call_peak_mib'] / r['input_mib']:.1f} | "
-                     f"{r['retained_by_first_call_mib']:.0f} MiB |")
+        total = r.get("total_peak_mib", r["call_peak_mib"] + r["retained_by_first_call_mib"])
+        lines.append(f"| {r['name']} | {total:.0f} MiB | {total / r['input_mib']:.1f} | "
+                     f"{r['retained_by_first_call_mib']:.0f} MiB | {r['call_peak_mib']:.0f} MiB |")
     return "\n".join(lines)
 
 
@@ -416,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--parts", metavar="P", help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     ap.add_argument("--size-scale", type=float, default=1.0, metavar="S",
                     help="multiply every workload's batch dimension (W4 excepted) and the extras' N by S")
-    ap.add_argument("--samples", type=int, help="samples per implementation (default 11, --quick 7)")
+    ap.add_argument("--samples", type=int, help="samples per implementation, >= 7 (default 11, --quick 7)")
     ap.add_argument("--min-sample-time", type=float, metavar="SECONDS",
                     help="minimum length of a sample (default 0.05, --quick 0.02)")
     return ap
@@ -434,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.size_scale <= 0:
         raise SystemExit("--size-scale must be positive")
+    if args.samples is not None and args.samples < timing.MIN_SAMPLES:
+        raise SystemExit(f"--samples: at least {timing.MIN_SAMPLES} (medians of fewer samples are not reported)")
     started = time.perf_counter()
     log = lambda s="": print(s, flush=True)  # noqa: E731
     samples = args.samples or (7 if args.quick else 11)
@@ -570,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                 if any(i.key == k for i in impls)]
         doc["memory"] = {"n": n, "rows": memory.run(keys, n, log)}
         log("")
-        log(f"### extra resident memory at the peak of one forward+backward, W1 x[{n}]")
+        log(f"### resident memory above the inputs at the peak of a W1 forward+backward, x[{n}]")
         log(memory_table(doc["memory"]["rows"]))
         log("")
 
