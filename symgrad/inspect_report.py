@@ -498,7 +498,11 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
 
     modules = {}
     cache_modules = []
-    for kernel, fn in (("forward", k.forward), ("backward", k.backward)):
+    # a scalar loss runs the joint kernel at the call (k.strategy == "joint"); forward/backward
+    # are what scalar_loss="split" and non-scalar outputs run
+    for kernel, fn in (("forward", k.forward), ("backward", k.backward), ("joint", k.joint_fn)):
+        if fn is None:
+            continue
         src = module_source(fn, kernel)
         if src is None:
             continue
@@ -508,7 +512,7 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
             cache_modules.append({"kernel": kernel, "module": path, "status": status})
         if not src.kernel_files:
             cache_modules.append({"kernel": kernel, "module": None, "status": "compiled in memory (not cached)"})
-    hits, misses = _numba_counts([k.forward, k.backward])
+    hits, misses = _numba_counts([k.forward, k.backward, k.joint_fn])
     cache = {"kernel_modules": cache_modules, "numba_cache_hits": hits, "numba_cache_misses": misses}
     stats = compiled.stats() if hasattr(compiled, "stats") else {}
     cache.update({key: v for key, v in stats.items() if "cache" in key and key not in cache})
