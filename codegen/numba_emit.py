@@ -182,7 +182,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         elif any(o in needed for o in n.outputs):
             needed.update(n.inputs)
 
-    pool = _BufferPool(graph, scatters)
+    pool = _BufferPool(graph, scatters, group_of)
     emitted_groups: set[int] = set()
     for n in graph.nodes:
         grp = group_of.get(n)
@@ -269,15 +269,26 @@ def _plain_ufunc(n) -> str | None:
     return _UFUNCS.get(type(e).__name__)
 
 
-class _BufferPool:
-    """Which intermediate arrays may live in reused buffers, and their slots in ``buf_``."""
+_ALIAS_OPS = {"expand", "view", "_unsafe_view", "t", "transpose.int", "permute", "unsqueeze", "squeeze.dim",
+              "detach"}
 
-    def __init__(self, graph: Graph, scatters: dict) -> None:
+
+class _BufferPool:
+    """Which intermediate arrays may live in reused buffers, and their slots in ``buf_``.
+
+    A slot is shared by values whose lifetimes do not overlap (a linear scan over the glue's
+    order), so the pool holds about as much as the graph's live intermediates at their peak.
+    """
+
+    def __init__(self, graph: Graph, scatters: dict, group_of: dict) -> None:
         self.users = graph.users()
         self.outputs = {v for v in graph.outputs if v is not None}
         self.scatter_nodes = set(scatters)
         self.shapes: list[tuple] = []
         self.slot: dict = {}
+        self.owner: list = []               # slot -> the value in it now
+        # where each node's work happens: a loop runs all its nodes at its first node's place
+        self.at = {n: (group_of[n].start if n in group_of else i) for i, n in enumerate(graph.nodes)}
 
     def poolable(self, v: Value) -> bool:
         """True if no array the function returns can be ``v`` or a view of it."""
@@ -288,12 +299,19 @@ class _BufferPool:
                 return False                  # adds into ``v`` in place and returns it
             if (u.expr is not None and not u.expr.is_Symbol) or u.op in _FRESH_RESULT_OPS:
                 continue                      # reads v, makes a new array (loops, ufuncs, matmul...)
-            if u.op in ("expand", "view", "_unsafe_view", "t", "transpose.int", "permute", "unsqueeze",
-                        "squeeze.dim", "detach"):
-                if all(self.poolable(o) for o in u.outputs):
-                    continue                  # a view, used only by readers
+            if u.op in _ALIAS_OPS and all(self.poolable(o) for o in u.outputs):
+                continue                      # a view, used only by readers
             return False
         return True
+
+    def last_use(self, v: Value) -> int:
+        """The last place ``v`` (or a view of it) is read."""
+        last = self.at[v.producer] if v.producer is not None else -1
+        for u in self.users.get(v, []):
+            last = max(last, self.at[u])
+            if u.op in _ALIAS_OPS:
+                last = max([last] + [self.last_use(o) for o in u.outputs])
+        return last
 
     def array(self, v: Value) -> str:
         """Source for the array a loop or ufunc writes ``v`` into."""
@@ -301,8 +319,16 @@ class _BufferPool:
         if not self.poolable(v):
             return f"np.empty({shape!r}, dtype=np.{dtype})"
         if v not in self.slot:
-            self.slot[v] = len(self.shapes)
-            self.shapes.append((shape, dtype))
+            now = self.at[v.producer]
+            free = [i for i, (owner, spec) in enumerate(zip(self.owner, self.shapes))
+                    if spec == (shape, dtype) and self.last_use(owner) < now]
+            if free:
+                self.slot[v] = free[0]
+            else:
+                self.slot[v] = len(self.shapes)
+                self.shapes.append((shape, dtype))
+                self.owner.append(v)
+        self.owner[self.slot[v]] = v
         return f"buf_[{self.slot[v]}]"
 
 
