@@ -315,7 +315,7 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
 
     * ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the
       reductions they feed into loop kernels; ``backend="numpy"`` emits one numpy statement per node.
-    * ``parallel``: ``"auto"`` runs loops of at least 2**18 elements over Numba's threads (when it has
+    * ``parallel``: ``"auto"`` runs loops of at least 2**22 elements over Numba's threads (when it has
       more than one); ``True``/``False`` force it.  Parallel reductions are chunked in a fixed order,
       so results do not depend on the thread count.
     * ``fastmath=True`` lets LLVM reassociate floating-point arithmetic (off by default).
