@@ -286,7 +286,7 @@ class CompiledFunction:
 
         ``calls``; ``traces`` (one per new guard key: dtype, rank, shape or requires_grad);
         ``guard_hits``; seconds in ``trace_s``, ``autodiff_s``, ``partition_s``, ``codegen_s``;
-        and, for its Numba kernels, ``kernels`` (how many), ``kernel_compiles`` (Numba
+        and, for its Numba kernels, ``kernels`` (how many have run), ``kernel_compiles`` (Numba
         compilations in this process) and ``kernel_cache_loads`` (signatures loaded from the
         disk cache instead).  Kernels take sizes at run time: a new size of the same rank
         re-traces but compiles nothing.
@@ -299,7 +299,7 @@ class CompiledFunction:
         out = dict(self._stats)
         out["guard_hits"] = out.pop("cache_hits")
         dispatchers = self._dispatchers()
-        out["kernels"] = len(dispatchers)
+        out["kernels"] = sum(1 for d in dispatchers if d.overloads)   # kernels that have run
         out["kernel_compiles"] = sum(sum(d.stats.cache_misses.values()) for d in dispatchers)
         out["kernel_cache_loads"] = sum(sum(d.stats.cache_hits.values()) for d in dispatchers)
         return out
