@@ -4,6 +4,7 @@
     symgrad inspect FILE.py:FUNC --arg ...    what the compiler makes of your function, section by section
     symgrad rules [OP]                        the rule table (all entries, or those of one op)
     symgrad graph FILE.py:FUNC --arg ...      the grad_fn graph and the IR as Graphviz DOT (or svg/png)
+    symgrad cache info|clear                  the kernel cache: where, how many modules, bytes; or empty it
 
 Mistakes in the user's file or arguments (import errors, an unknown function, a bad ``--arg``, an
 op symgrad cannot trace) print one message on stderr and exit with status 2; ``--verbose`` adds
@@ -267,6 +268,30 @@ def cmd_inspect(args) -> int:
 
 # --- rules ------------------------------------------------------------------------------------------
 
+def cmd_cache(args) -> int:
+    """``symgrad cache info|clear``: the kernel cache directory (``$SYMGRAD_CACHE_DIR``)."""
+    from codegen import jit
+
+    if args.action == "clear":
+        done = jit.clear_cache()
+        print(f"removed {done['removed']} files ({done['bytes']} bytes) from {done['path']}")
+        return 0
+    info = jit.cache_info()
+    if not info["exists"]:
+        status = "does not exist (created on the first compiled call)"
+    elif info["problem"]:
+        status = f"refused: {info['problem']} (kernels compile in memory)"
+    else:
+        status = "usable"
+    print(f"path:    {info['path']}" + ("  (from SYMGRAD_CACHE_DIR)" if os.environ.get("SYMGRAD_CACHE_DIR") else ""))
+    print(f"status:  {status}")
+    print(f"modules: {info['modules']}")
+    print(f"files:   {info['files']} ({info['bytes']} bytes: kernel modules and Numba's cache of them)")
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        print(f"note:    NUMBA_CACHE_DIR={os.environ['NUMBA_CACHE_DIR']}: Numba keeps its cache files there")
+    return 0
+
+
 def cmd_rules(args) -> int:
     from .ops.table import load_rules
 
@@ -422,6 +447,14 @@ examples:
 """
 
 
+CACHE_EPILOG = """\
+examples:
+  symgrad cache info
+  symgrad cache clear
+  SYMGRAD_CACHE_DIR=/tmp/kernels symgrad cache info
+"""
+
+
 def _add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="FILE.py:FUNC",
                    help="the function to use, in a Python file (example: examples/losses.py:w1)")
@@ -442,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="symgrad", formatter_class=_RAW,
         description="Inspectable autograd driven by one rule table, and a compiler to fused Numba kernels.",
         epilog="examples:\n  symgrad demo\n  symgrad inspect examples/losses.py:w1 --arg x=f64[1000]\n"
-               "  symgrad rules tanh\n  symgrad graph examples/losses.py:w1 --arg x=f64[8] -o w1.svg\n\n"
+               "  symgrad rules tanh\n  symgrad graph examples/losses.py:w1 --arg x=f64[8] -o w1.svg\n"
+               "  symgrad cache info\n\n"
                "`symgrad COMMAND --help` documents each command's options.\n"
                "SYMGRAD_LOG=trace,graph,rules,code,cache (or all) logs what compiled calls do; "
                "SYMGRAD_CACHE_DIR moves the kernel cache.")
@@ -512,11 +546,49 @@ def build_parser() -> argparse.ArgumentParser:
                        help="add non-tensor saved values (exponents, shapes) to the node labels "
                             "(example: --show-attrs)")
     graph.set_defaults(func=cmd_graph)
+
+    cache = sub.add_parser(
+        "cache", parents=[common], formatter_class=_RAW, epilog=CACHE_EPILOG,
+        help="show or clear the kernel cache",
+        description="The directory where compiled kernel modules and Numba's machine code for them are kept "
+                    "($SYMGRAD_CACHE_DIR, else $XDG_CACHE_HOME/symgrad or ~/.cache/symgrad).")
+    cache.add_argument("action", choices=("info", "clear"),
+                       help="info: path, status, number of modules and bytes; clear: remove the symgrad_kernels_* "
+                            "files and their __pycache__ entries (nothing else)")
+    cache.set_defaults(func=cmd_cache)
+
+    bench = sub.add_parser(
+        "bench", formatter_class=_RAW, add_help=False,
+        help="run the benchmark suite (python -m benchmarks.suite; needs a checkout)",
+        description="Run benchmarks/suite.py: symgrad against hand-written Numba and numpy and the installed "
+                    "peers. Every option is passed on; `symgrad bench --help` lists them.\n"
+                    "examples:\n  symgrad bench --quick\n  symgrad bench --only W1,W5 --json out.json")
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of benchmarks.suite (example: --quick)")
+    bench.set_defaults(func=cmd_bench)
     return parser
+
+
+def cmd_bench(args) -> int:
+    """``symgrad bench ...`` = ``python -m benchmarks.suite ...`` from the repository checkout."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "benchmarks" / "suite.py").exists():
+        raise UserError("symgrad bench runs benchmarks/suite.py from a checkout of the repository; this "
+                        f"installation has no benchmarks/ beside {root / 'symgrad'}")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks import suite
+
+    rest = list(args.rest)
+    return suite.main(rest[1:] if rest[:1] == ["--"] else rest)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``symgrad`` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # every option belongs to benchmarks.suite (its own --help included)
+        argv = ["bench", "--"] + argv[1:] if argv[1:2] != ["--"] else argv
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
     try:

@@ -92,6 +92,8 @@ def runs(paths):
         "unknown_fn": ["graph", f"{LOSSES}:w9", "--arg", "x=f64[3]"],
         "unknown_op": ["rules", "tanhh"],
         "bad_demo_size": ["demo", "--size", "many"],
+        "bench": ["bench", "--only", "W4", "--impls", "sg-vg", "--parts", "table", "--samples", "7",
+                  "--min-sample-time", "0.001", "--json", str(paths["dir"] / "bench.json")],
     }
     procs = {name: start(args) for name, args in cmds.items()}
 
@@ -336,3 +338,13 @@ def test_verbose_adds_the_traceback(runs, paths):
     assert r.returncode == 2, r
     assert "Traceback" in r.stderr and "TraceError" in r.stderr
     assert f"{paths['bad']}:9" in r.stderr  # the user's line
+
+
+def test_bench_runs_the_benchmark_suite(runs, paths):
+    import json
+
+    r = runs["bench"]
+    assert r.returncode == 0, r
+    assert "symgrad value_and_grad" in r.stdout
+    result = json.loads((paths["dir"] / "bench.json").read_text())
+    assert "W4" in json.dumps(result["workloads"]) and result["implementations"]
