@@ -76,6 +76,7 @@ from .ir.graph import IndexRef
 __all__ = ["LossRef", "value_and_grad", "worker_stats", "NotAdditiveError"]
 
 PROBE_ROWS = 8
+INLINE_PARAMS_BYTES = 1 << 20
 RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-3}
 
 
@@ -542,10 +543,12 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
             checked.add(sig)
         blocks = [a.to_delayed().reshape(-1) for a in data]
         nonempty = [c for c, r in enumerate(data[0].chunks[0]) if r > 0]    # a 0-row chunk adds nothing
-        pkey = "symgrad-params-" + uuid.uuid4().hex
-        params_d = dask.delayed(tuple(plist), name=pkey, pure=False)
+        token = uuid.uuid4().hex
+        # small parameters ride along in every chunk task; large ones are one key, sent once per worker
+        params_d = tuple(plist)
+        if sum(getattr(a, "nbytes", 0) for a in plist) > INLINE_PARAMS_BYTES:
+            params_d = dask.delayed(params_d, name=f"symgrad-params-{token}", pure=False)
         chunk = dask.delayed(_chunk_value_and_grad, pure=False)
-        token = pkey.rsplit("-", 1)[1]
         parts = [chunk(ref, wrt, tuple(layout), mean, params_d, *(b[c] for b in blocks),
                        dask_key_name=f"symgrad-chunk-{token}-{c}") for c in nonempty]
         if not parts:
