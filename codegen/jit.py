@@ -2,26 +2,44 @@
 
 Numba cannot cache a function made by ``exec`` of a string ("no locator available"), and a
 module loaded from a file but not registered in ``sys.modules`` fails to load its cache in the
-next process.  So the generated source is written as a real module file (atomically, named by
-the hash of its content and the versions that shape the code), imported by name into
-``sys.modules``, and its kernels are compiled with ``cache=True``.  Only kernels go there: they
-are size-generic and hold no data (sizes and constants are arguments), so the same module serves
-every input size; the per-call Python glue is made in memory.  Anything unexpected falls back to
-compiling in memory.
+next process.  So the generated source is written as a real module file and registered in
+``sys.modules`` by name, and its kernels are compiled with ``cache=True``.  Only kernels go
+there: they are size-generic and hold no data (sizes and constants are arguments), so the same
+module serves every input size; the per-call Python glue is made in memory.
 
-The directory is ``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad`` or ``~/.cache/symgrad``;
-it is created with mode 0700 and refused (with a warning) if another user owns it or others can
-write to it.
+What is trusted, and why (nothing in the cache is taken on faith):
+
+* The directory is ``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad`` or
+  ``~/.cache/symgrad``.  It is created with mode 0700 and refused (a warning, then kernels
+  compile in memory) if another user owns it, others can write to it, or it is read-only.
+* A module's text starts with a stamp of the versions that shape the code (format, Numba,
+  numpy, Python) and its file is named by the hash of that text.  Before a module is used the
+  file's bytes are hashed: a truncated, edited or foreign file (or one from other versions) is
+  rewritten atomically (temporary file + ``os.replace``).  The text that runs is the verified
+  text held in memory (compiled from it, never from a ``.pyc``), so a file changed after the
+  check cannot inject code.
+* Numba's own cache files (``__pycache__/*.nbi`` index, ``*.nbc`` data) carry a SHA-256 trailer
+  written by symgrad; a data file whose trailer does not match, an unreadable index, or any
+  error while loading or saving them makes Numba compile the kernel afresh (the damaged files
+  are removed), instead of failing the user's call or loading damaged machine code.
+* Two processes building the same module at once each write complete files and
+  ``os.replace`` them, so either version is whole; both succeed.
+
+Anything unexpected falls back to compiling in memory, with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
+import pickle
+import re
 import stat
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -30,38 +48,76 @@ import numpy as np
 
 from .scalar_math import IMPORT_LINES, PARALLEL_PRANGE_ONLY, SCALAR_NAMESPACE
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+PREFIX = "symgrad_kernels_"
+MODULE_RE = re.compile(rf"^{PREFIX}[0-9a-f]{{24}}\.py$")
+_TMP_PREFIX = f".{PREFIX}tmp-"
+# Trailer of a Numba data file written through symgrad: magic + SHA-256 of the pickled body.
+_TRAILER_MAGIC = b"SGNBC1\x00\x00"
+_TRAILER_SIZE = len(_TRAILER_MAGIC) + 32
+
+log = logging.getLogger("symgrad.cache")
+_lock = threading.RLock()          # module loading and the table below, across threads
+_warned: set[str] = set()
+
+
+def _warn(msg: str) -> None:
+    """One warning per distinct message per process (a refused directory is not news every call)."""
+    log.info(msg)
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def cache_path() -> Path:
+    """Where the kernel cache lives (it may not exist yet)."""
+    root = os.environ.get("SYMGRAD_CACHE_DIR")
+    if root:
+        return Path(root).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "symgrad"
+
+
+def cache_problem(path: Path) -> str | None:
+    """Why the existing directory ``path`` must not be used as a cache, or None if it is fine."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be read ({exc})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a directory"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"it is owned by another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by others (mode {oct(info.st_mode & 0o777)})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "it is read-only"
+    return None
 
 
 def cache_dir() -> Path | None:
-    """The kernel cache directory, or None when it cannot be used safely."""
-    root = os.environ.get("SYMGRAD_CACHE_DIR")
-    if root:
-        path = Path(root)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = Path(base) / "symgrad"
+    """The kernel cache directory (created with mode 0700), or None when it cannot be used safely."""
+    path = cache_path()
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.stat()
     except OSError as exc:
-        warnings.warn(f"symgrad: kernel cache {path} is unusable ({exc}); compiling in memory", stacklevel=3)
+        _warn(f"symgrad: kernel cache {path} is unusable ({exc}); compiling in memory")
         return None
-    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-        warnings.warn(f"symgrad: refusing kernel cache {path}: it is owned by another user or writable by "
-                      "others; compiling in memory", stacklevel=3)
-        return None
-    if not os.access(path, os.W_OK):
-        warnings.warn(f"symgrad: kernel cache {path} is read-only; compiling in memory", stacklevel=3)
+    problem = cache_problem(path)
+    if problem is not None:
+        _warn(f"symgrad: refusing kernel cache {path}: {problem}; compiling in memory "
+              "(set SYMGRAD_CACHE_DIR to a private directory)")
         return None
     return path
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -69,82 +125,238 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-_loaded: dict[str, dict] = {}   # module text hash -> {kernel name: dispatcher}, for this process
+_loaded: dict[str, dict] = {}   # module name (+ ":memory") -> {kernel name: dispatcher}, for this process
 
 
-def module_text(kernels: list[str], options: dict) -> str:
-    """The source of a module holding ``kernels`` (size-generic loop nests; no data, no glue)."""
-    flags = ["cache=True", "error_model='numpy'"]
-    if options.get("parallel"):
-        flags.append("parallel=PARALLEL_PRANGE_ONLY")
-    if options.get("fastmath"):
-        flags.append("fastmath=True")
-    lines = [f"# symgrad generated kernels (format {FORMAT_VERSION}); do not edit: regenerated on demand",
+def version_stamp() -> str:
+    """Everything besides the kernel text that changes the compiled code."""
+    return (f"format {FORMAT_VERSION}; numba {numba.__version__}; numpy {np.__version__}; "
+            f"python {sys.version.split()[0]} {sys.implementation.cache_tag}")
+
+
+def module_text(kernels: list[str]) -> str:
+    """The source of a module holding ``kernels`` (decorated, size-generic loop nests; no data, no glue)."""
+    lines = [f"# symgrad generated kernels ({version_stamp()})",
+             "# do not edit: the file is named by the hash of its text and rewritten when they differ",
              IMPORT_LINES.rstrip("\n"), ""]
     for src in kernels:
-        lines += ["", f"@njit({', '.join(flags)})", src]
+        lines += ["", src.replace("@njit(", "@njit(cache=True, ", 1)]
     return "\n".join(lines) + "\n"
 
 
+def module_name(text: str) -> str:
+    """``symgrad_kernels_<first 24 hex digits of sha256(text)>``."""
+    return PREFIX + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def _kernel_names(kernels: list[str]) -> list[str]:
-    return [src.split("(", 1)[0].removeprefix("def ").strip() for src in kernels]
+    return [src.split("def ", 1)[1].split("(", 1)[0].strip() for src in kernels]
 
 
-def _in_memory(kernels: list[str], options: dict) -> dict:
+def _in_memory(kernels: list[str]) -> dict:
     glb = dict(SCALAR_NAMESPACE)
-    glb["prange"] = numba.prange
-    jit = numba.njit(error_model="numpy", parallel=PARALLEL_PRANGE_ONLY if options.get("parallel") else False,
-                     fastmath=bool(options.get("fastmath")))
+    glb.update(prange=numba.prange, njit=numba.njit, PARALLEL_PRANGE_ONLY=PARALLEL_PRANGE_ONLY)
     out = {}
-    for src in kernels:
-        local: dict = {}
-        exec(compile(src, "<symgrad kernel>", "exec"), glb, local)
-        (name, fn), = local.items()
-        out[name] = jit(fn)
+    for src, name in zip(kernels, _kernel_names(kernels)):
+        exec(compile(src, f"<symgrad kernel {name}>", "exec"), glb)
+        out[name] = glb[name]
     return out
 
 
-def load_kernels(kernels: list[str], options: dict, cache: bool = True) -> dict:
+def load_kernels(kernels: list[str], cache: bool = True) -> dict:
     """``{name: dispatcher}`` for these kernel sources, compiled at most once per process.
 
     With ``cache`` the kernels live in a module of the cache directory, so Numba's own cache
     serves later processes; otherwise (or if the directory is unusable) they compile in memory.
+    Safe to call from several threads at once.
     """
-    text = module_text(kernels, options)
-    digest = hashlib.sha256()
-    for part in (text.encode(), numba.__version__.encode(), np.__version__.encode(), sys.version.encode()):
-        digest.update(part)
-    name = f"symgrad_kernels_{digest.hexdigest()[:24]}"
+    text = module_text(kernels)
+    name = module_name(text)
     key = name + ("" if cache else ":memory")
-    if key in _loaded:
-        return _loaded[key]
-    found = None
-    if cache:
-        try:
-            found = _load_module(name, text, _kernel_names(kernels))
-        except Exception as exc:  # never let the cache break compilation
-            warnings.warn(f"symgrad: kernel cache unavailable ({exc}); compiling in memory", stacklevel=3)
-    if found is None:
-        found = _in_memory(kernels, options)
-    _loaded[key] = found
-    return found
+    found = _loaded.get(key)
+    if found is not None:
+        return found
+    with _lock:
+        found = _loaded.get(key)
+        if found is not None:
+            return found
+        if cache:
+            try:
+                found = _load_module(name, text, _kernel_names(kernels))
+            except Exception as exc:  # never let the cache break compilation
+                _warn(f"symgrad: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling in memory")
+                found = None
+        if found is None:
+            found = _in_memory(kernels)
+        _loaded[key] = found
+        return found
+
+
+def _verified(path: Path, name: str) -> bool:
+    """True if ``path`` holds exactly the text whose hash is in ``name``."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return PREFIX + hashlib.sha256(data).hexdigest()[:24] == name
 
 
 def _load_module(name: str, text: str, entries: list[str]) -> dict | None:
-    directory = cache_dir()
-    if directory is None:
-        return None
-    path = directory / f"{name}.py"
-    if name not in sys.modules:
-        if not path.exists() or path.read_text() != text:  # a truncated or foreign file is rewritten
+    module = sys.modules.get(name)
+    if module is None:
+        directory = cache_dir()
+        if directory is None:
+            return None
+        path = directory / f"{name}.py"
+        if not _verified(path, name):  # missing, truncated, edited or from other versions
+            if path.exists():
+                log.info("kernel module %s failed its hash check; rewriting it", path)
             _atomic_write(path, text.encode())
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # Numba's cache locator needs the module registered by name
         try:
-            spec.loader.exec_module(module)
+            # the verified text in memory runs, not whatever the file (or a .pyc) holds now;
+            # the file name stays in the code objects, which is what Numba's cache locator reads
+            exec(compile(text, str(path), "exec"), module.__dict__)
         except Exception:
             sys.modules.pop(name, None)
             raise
-    module = sys.modules[name]
+        for entry in entries:
+            guard_numba_cache(getattr(module, entry))
     return {entry: getattr(module, entry) for entry in entries}
+
+
+# --- Numba's cache files ------------------------------------------------------------------------
+
+def _numba_files(cache_file) -> list[Path]:
+    """The index and data files of one function's Numba cache."""
+    index = Path(cache_file._index_path)
+    base = index.name[:-len(".nbi")]
+    return [index] + sorted(index.parent.glob(f"{glob_escape(base)}.*.nbc"))
+
+
+def glob_escape(s: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", s)
+
+
+def _discard(cache_file, why: str) -> None:
+    files = _numba_files(cache_file)
+    log.warning("Numba cache of %s is damaged (%s); recompiling", cache_file._index_path, why)
+    for f in files:
+        try:
+            f.unlink()
+        except OSError:
+            pass
+
+
+class DamagedCacheEntry(Exception):
+    """A Numba cache file failed symgrad's integrity check."""
+
+
+def guard_numba_cache(dispatcher) -> None:
+    """Make ``dispatcher``'s Numba disk cache fail safe.
+
+    Data files get a SHA-256 trailer when saved and are checked against it before they are
+    unpickled (Numba would load damaged machine code otherwise); an exception while loading or
+    saving (a corrupt index, a truncated file, a full disk) discards this function's cache files
+    and counts as a miss, so the kernel is compiled again and the call succeeds.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    cache_file = getattr(cache, "_cache_file", None)
+    if cache_file is None or getattr(cache, "_symgrad_guarded", False):
+        return
+    needed = ("_load_data", "_dump", "_data_path", "_open_for_write", "_index_path")
+    if not all(hasattr(cache_file, a) for a in needed) or not hasattr(cache, "load_overload"):
+        return  # another Numba layout: leave its cache alone
+
+    def load_data(name):
+        path = cache_file._data_path(name)
+        with open(path, "rb") as f:
+            data = f.read()
+        body, magic, digest = data[:-_TRAILER_SIZE], data[-_TRAILER_SIZE:-32], data[-32:]
+        if magic != _TRAILER_MAGIC or hashlib.sha256(body).digest() != digest:
+            raise DamagedCacheEntry(f"{path}: checksum mismatch")
+        return pickle.loads(body)
+
+    def save_data(name, data):
+        body = cache_file._dump(data)
+        with cache_file._open_for_write(cache_file._data_path(name)) as f:
+            f.write(body + _TRAILER_MAGIC + hashlib.sha256(body).digest())
+
+    cache_file._load_data = load_data
+    cache_file._save_data = save_data
+    load_overload, save_overload = cache.load_overload, cache.save_overload
+
+    def safe_load(sig, target_context):
+        try:
+            return load_overload(sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - any damage means: compile again
+            _discard(cache_file, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def safe_save(sig, data):
+        try:
+            save_overload(sig, data)
+        except Exception as exc:  # noqa: BLE001 - a damaged index: start it again, once
+            _discard(cache_file, f"{type(exc).__name__}: {exc}")
+            try:
+                save_overload(sig, data)
+            except Exception as exc2:  # noqa: BLE001 - the kernel runs; only the disk copy is lost
+                log.warning("could not save the Numba cache of %s: %s", cache_file._index_path, exc2)
+
+    cache.load_overload, cache.save_overload = safe_load, safe_save
+    cache._symgrad_guarded = True
+
+
+# --- `symgrad cache info|clear` -----------------------------------------------------------------
+
+def _entries(directory: Path) -> tuple[list[Path], list[Path]]:
+    """(module files, other files symgrad made: Numba's cache of them, leftover temporaries)."""
+    modules = sorted(p for p in directory.glob(f"{PREFIX}*.py") if MODULE_RE.match(p.name))
+    others = sorted(p for p in directory.glob(f"{PREFIX}*") if p not in modules)
+    others += sorted(directory.glob(f"{_TMP_PREFIX}*"))
+    pycache = directory / "__pycache__"
+    if pycache.is_dir():
+        others += sorted(pycache.glob(f"{PREFIX}*"))
+    return modules, [p for p in others if p.is_file()]
+
+
+def cache_info() -> dict:
+    """``path``, ``exists``, ``problem`` (why it is refused, or None), ``modules``, ``files`` and
+    ``bytes`` (module files plus Numba's cache of them)."""
+    path = cache_path()
+    info = {"path": str(path), "exists": path.is_dir(), "problem": None, "modules": 0, "files": 0, "bytes": 0}
+    if not info["exists"]:
+        return info
+    info["problem"] = cache_problem(path)
+    try:
+        modules, others = _entries(path)
+    except OSError as exc:
+        info["problem"] = info["problem"] or f"it cannot be listed ({exc})"
+        return info
+    info["modules"] = len(modules)
+    info["files"] = len(modules) + len(others)
+    info["bytes"] = sum(p.stat().st_size for p in modules + others if p.exists())
+    return info
+
+
+def clear_cache() -> dict:
+    """Remove the kernel modules and their Numba cache files (nothing else in the directory).
+
+    Returns ``{"path", "removed" (files), "bytes"}``; modules already imported by this process
+    keep working (their kernels are in memory).
+    """
+    path = cache_path()
+    removed = size = 0
+    if path.is_dir():
+        modules, others = _entries(path)
+        for p in modules + others:
+            try:
+                n = p.stat().st_size
+                p.unlink()
+            except OSError:
+                continue
+            removed += 1
+            size += n
+    return {"path": str(path), "removed": removed, "bytes": size}
