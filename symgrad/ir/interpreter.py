@@ -55,6 +55,38 @@ def interpret(graph: Graph, *inputs) -> list:
     return [None if v is None else env[v] for v in graph.outputs]
 
 
+def first_nan(graph: Graph, *inputs) -> str | None:
+    """Run ``graph`` like :func:`interpret` and describe the first node that makes a NaN from
+    NaN-free inputs (anomaly mode's answer to "which op?" for compiled code), or None."""
+    env: dict[Value, np.ndarray] = {}
+    for v, a in zip(graph.placeholders, inputs):
+        env[v] = np.asarray(a._data if isinstance(a, Tensor) else a, dtype=v.dtype.np)
+    has_nan = {v: v.dtype.np.kind == "f" and bool(np.isnan(a).any()) for v, a in env.items()}
+    for node in graph.nodes:
+        if node.op in ("constant", "detach"):
+            outs = (node.data if node.op == "constant" else env[node.args[0]],)
+        else:
+            with np.errstate(all="ignore"):
+                out = registry.get(node.op).forward(*[_resolve(a, env) for a in node.args])
+            outs = out if isinstance(out, tuple) else (out,)
+        clean = not any(has_nan.get(v, False) for v in node.inputs)
+        for v, o in zip(node.outputs, outs):
+            env[v] = arr = np.asarray(o)
+            has_nan[v] = arr.dtype.kind == "f" and bool(np.isnan(arr).any())
+            if has_nan[v] and clean:
+                args = ", ".join(f"%{a.name}" if isinstance(a, Value) else repr(a) for a in node.args)
+                text = f"%{v.name} = {node.op}({args})"
+                rule, of = node.meta.get("grad_rule"), node.meta.get("grad_of")
+                if rule and rule != "engine":
+                    text += f", made by the rule {rule}" + (f" for the gradient of %{of}" if of else "")
+                elif rule == "engine":
+                    text += ", made by the engine while summing gradients"
+                else:
+                    text += ", a forward value"
+                return text
+    return None
+
+
 def replay(graph: Graph, inputs: list[Tensor]) -> list:
     """Run ``graph`` as eager symgrad ops on Tensors (recorded by autograd, and by a tracer if active)."""
     env: dict[Value, Tensor] = dict(zip(graph.placeholders, inputs))
