@@ -295,7 +295,9 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                 continue
             if plain and not node._special:
                 # The short path: a rule-table node without hooks, plain numpy gradients.
-                outputs = node.apply(grads, False) if grads[0] is not None else [None] * len(node._next)
+                # (a node with several outputs, unbind, may get a gradient for a later output only)
+                outputs = node.apply(grads, False) if grads[0] is not None or \
+                    any(g is not None for g in grads) else [None] * len(node._next)
                 if not keep_graph:
                     node._released = True
                     if node._has_saved:
