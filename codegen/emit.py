@@ -111,7 +111,10 @@ def node_comment(n) -> str:
 def node_statements(n, names: dict, ns: dict) -> list[str]:
     """Glue statements for a node run by its op's numpy forward (constants and detach included)."""
     lines = [f"    # {node_comment(n)}"]
-    target = ", ".join(names[o.name] for o in n.outputs) + ("," if len(n.outputs) > 1 else "")
+    # unbind over a dim of size 1 has one output, still returned in a sequence
+    seq = len(n.outputs) > 1 or (n.op not in ("constant", "detach") and
+                                 registry.get(n.op).rule.schema.returns.endswith("[]"))
+    target = ", ".join(names[o.name] for o in n.outputs) + ("," if seq else "")
     label = names[n.outputs[0].name]
     if n.op == "constant":
         ns[f"const_{label}"] = n.data
@@ -123,7 +126,7 @@ def node_statements(n, names: dict, ns: dict) -> list[str]:
         ns[key] = registry.get(n.op).forward
         ns.setdefault("__ops__", {})[key] = n.op  # lets codegen.jit write `op_x = _op("x").forward`
         call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
-        lines.append(f"    {target} = {call if len(n.outputs) > 1 else f'asarray({call})'}")
+        lines.append(f"    {target} = {call if seq else f'asarray({call})'}")
         _cast_line(lines, n, names, None)
     return lines
 
