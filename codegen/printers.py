@@ -67,6 +67,11 @@ class FormulaPrinter(PythonCodePrinter):
     def _print_NaN(self, expr):
         return "math.nan"
 
+    def _print_ComplexInfinity(self, expr):
+        # sympy's 1/0 (x / 0.0 in user code): IEEE's +inf for a division by +0.0, so that
+        # x/0.0 == x*inf (+-inf, or nan at 0) as numpy computes it
+        return "math.inf"
+
     def _print_NumberSymbol(self, expr):
         return _float_literal(float(expr))
 
@@ -150,6 +155,10 @@ class FormulaPrinter(PythonCodePrinter):
             return f"1/sqrt({self._print(base)})"
         if e == -1:
             return f"1/{self.parenthesize(base, sympy.printing.precedence.PRECEDENCE['Pow'])}"
+        if e.is_Integer and e < 0:
+            # x**-n as 1/x**n: a float raised to a negative integer power raises ZeroDivisionError at
+            # 0.0 in Python and Numba, where numpy (and eager mode) give inf
+            return f"1/{self.parenthesize(base, sympy.printing.precedence.PRECEDENCE['Pow'])}**{-int(e)}"
         return super()._print_Pow(expr, rational=rational)
 
     def _print_Symbol(self, expr):
