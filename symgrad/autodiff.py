@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .autograd import engine
+from .autograd import anomaly, engine
 from .autograd.node import AccumulateGrad
 from .ir.graph import Graph
 from .ir.interpreter import interpret, replay
@@ -56,8 +56,10 @@ def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool =
         targets = [primals[i] for i in wrt]
         if pairs and targets:
             provenance = _Provenance([o for o, _ in pairs])
-            grads = engine.grad([o for o, _ in pairs], targets, grad_outputs=[t for _, t in pairs],
-                                create_graph=True, allow_unused=True)
+            # the example values are incidental: anomaly mode must not judge them (NaN checks)
+            with anomaly.set_detect_anomaly(False):
+                grads = engine.grad([o for o, _ in pairs], targets, grad_outputs=[t for _, t in pairs],
+                                    create_graph=True, allow_unused=True)
             provenance.finish()
         else:
             grads = (None,) * len(targets)
