@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -31,6 +32,9 @@ from .decompositions import DECOMPOSITIONS
 from .graph import Graph, IndexRef, Value
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+_TRACE_LOCK = threading.RLock()
 
 
 class TraceError(RuntimeError):
@@ -62,6 +66,8 @@ class Tracer:
         # op on it was written through a view (views share the counter); the graph cannot follow
         self._versions: dict[int, int] = {}
         self.inputs: list[tuple[Tensor, Value]] = []
+        # the registry's recorder is one global: ops that other threads run meanwhile are not ours
+        self.thread = threading.get_ident()
 
     # --- tensor <-> value -------------------------------------------------------------------
     def bind(self, t: Tensor, v: Value) -> None:
@@ -78,6 +84,8 @@ class Tracer:
         return None
 
     def is_traced(self, t: Tensor) -> bool:
+        if threading.get_ident() != self.thread:  # another thread's eager ops are not traced
+            return False
         v = self.value_of(t)
         return v is not None and not (v.producer is not None and v.producer.op == "constant")
 
@@ -121,6 +129,8 @@ class Tracer:
 
     # --- the registry's hook ----------------------------------------------------------------
     def record(self, op, args: tuple, outputs: Sequence[Tensor]) -> None:
+        if threading.get_ident() != self.thread:
+            return
         decompose = self.decompositions.get(op.key)
         if decompose is not None and len(outputs) == 1 and self._decompose(decompose, args, outputs[0]):
             return
@@ -155,12 +165,16 @@ class Tracer:
 
     def alias(self, new: Tensor, old: Tensor, op: str) -> None:
         """``new`` is ``old`` seen through ``op`` (``detach``): one node, same data."""
+        if threading.get_ident() != self.thread:
+            return
         src = self._as_value(old)
         node = self.graph.add_node(op, (src,), [(src.dtype, src.shape)], name=op)
         self.bind(new, node.output)
 
     def rebind(self, t: Tensor, result: Tensor) -> None:
         """An in-place op made ``t`` hold ``result``'s value."""
+        if threading.get_ident() != self.thread:
+            return
         for x, xv in self.inputs:
             if x is t or (t._vc is not None and x._vc is t._vc):
                 raise TraceError(
@@ -183,6 +197,8 @@ class Tracer:
 
     def same_value(self, new: Tensor, old: Tensor) -> None:
         """``new`` stands for ``old``'s current value (the stand-in an in-place op computes from)."""
+        if threading.get_ident() != self.thread:
+            return
         v = self.value_of(old)
         if v is not None:
             self.bind(new, v)
@@ -249,6 +265,7 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         tracer.inputs.append((t, v))
         graph.example_inputs.append(t._data)
         call_args.append(t)
+    _TRACE_LOCK.acquire()  # one trace at a time: the registry has one recorder for all threads
     previous = registry.set_recorder(tracer)
     code = getattr(fn, "__code__", None)
     returned_at = []
@@ -266,6 +283,7 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         if code is not None and old_profile is None:
             sys.setprofile(None)
         registry.set_recorder(previous)
+        _TRACE_LOCK.release()
     try:
         outs, kind = _flatten_outputs(out)
     except TraceError as exc:
