@@ -37,7 +37,7 @@ def client(tmp_path_factory):
     path = os.pathsep.join(p for p in (HERE, os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p)
     env = {"SYMGRAD_CACHE_DIR": str(cache), "PYTHONPATH": path, "NUMBA_NUM_THREADS": "1"}
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, env=env,
-                                  dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+                                  dashboard_address=":0", silence_logs=logging.CRITICAL) as cluster, \
             distributed.Client(cluster) as c:
         yield c
 
