@@ -18,9 +18,10 @@ Every program runs, in float64 and in float32:
 
 * eagerly (``backward()``), the reference;
 * through the IR interpreter: ``interpret`` of the traced forward graph and of the joint graph;
-* compiled with Numba (``symgrad.compile``: the joint kernel for a scalar loss, or the split
-  forward/backward kernels for ``scalar_loss="split"`` and non-scalar outputs, chosen at random),
-  on the traced values and on new values (no retrace);
+* compiled (``symgrad.compile``: the joint kernel for a scalar loss, or the split forward/backward
+  kernels for ``scalar_loss="split"`` and non-scalar outputs, chosen at random; mostly Numba
+  kernels, sometimes with ``parallel=True`` forcing the chunked ``prange`` loops, sometimes the
+  numpy backend), on the traced values and on new values (no retrace);
 * through ``symgrad.value_and_grad`` (scalar losses);
 * and, in float64 for programs without kinks (no relu/abs/max/where/...), against central finite
   differences: ``symgrad.autograd.gradcheck`` of the *compiled* function.
@@ -33,6 +34,7 @@ here becomes a named test in tests/test_reliability.py.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import os
 import time
@@ -578,6 +580,7 @@ class Program:
     lines: tuple          # statements; line k assigns v{n_inputs + k}
     output: str           # "loss": sum(last * W); "vector": last * W (backward with gradient=G)
     strategy: str         # "joint" or "split" (symgrad.compile's scalar_loss)
+    backend: str          # "numba" (parallel=False), "numba-parallel" (prange chunks forced) or "numpy"
     python_arg: bool      # a trailing Python number argument s
     kinky: bool           # has an op without a derivative somewhere: no finite differences
     seed: int
@@ -597,7 +600,7 @@ class Program:
         return "\n".join(out)
 
     def __repr__(self) -> str:
-        flags = f"output={self.output}, strategy={self.strategy}, seed={self.seed}"
+        flags = f"output={self.output}, strategy={self.strategy}, backend={self.backend}, seed={self.seed}"
         return f"Program(inputs={list(self.shapes)}, {flags}):\n{self.source()}"
 
     def function(self, dtype, weights):
@@ -717,14 +720,16 @@ def programs(draw, max_steps: int = 10):
         kinky = kinky or k
     output = draw(st.sampled_from(["loss", "loss", "vector"]))
     strategy = draw(st.sampled_from(["joint", "split"]))
-    return Program(shapes, tuple(lines), output, strategy, python_arg, kinky, draw(st.integers(0, 2 ** 32 - 1)))
+    backend = draw(st.sampled_from(["numba"] * 6 + ["numba-parallel", "numpy"]))
+    return Program(shapes, tuple(lines), output, strategy, backend, python_arg, kinky,
+                   draw(st.integers(0, 2 ** 32 - 1)))
 
 
 # --- running a program in every mode ----------------------------------------------------------
 
 HAS_SCALAR_LOSS_OPTION = "scalar_loss" in inspect.signature(symgrad.compile).parameters
 DTYPES = {"float64": (symgrad.float64, 1e-9), "float32": (symgrad.float32, 2e-4)}
-STATS = {"examples": 0, "gradchecks": 0, "seconds": 0.0}
+STATS = {name: {"examples": 0, "gradchecks": 0, "seconds": 0.0} for name in DTYPES}
 
 
 def assert_close(got, want, rtol, where):
@@ -774,7 +779,8 @@ def run_program(prog: Program, dtype_name: str) -> None:
     weights = rng.standard_normal(out_shape)
     cotangent = rng.standard_normal(out_shape).astype(np_dtype) if prog.output == "vector" else None
     fn = prog.function(dtype, weights)
-    options = {"backend": "numba"}
+    options = {"backend": "numpy" if prog.backend == "numpy" else "numba",
+               "parallel": prog.backend == "numba-parallel"}
     if HAS_SCALAR_LOSS_OPTION:
         options["scalar_loss"] = prog.strategy
     compiled = symgrad.compile(fn, **options)
@@ -823,9 +829,9 @@ def run_program(prog: Program, dtype_name: str) -> None:
         arrays, extra = fresh
         leaves = _leaves(arrays, dtype)
         assert symgrad.autograd.gradcheck(lambda *t: compiled(*t, *extra), leaves, eps=1e-6, atol=1e-5, rtol=1e-4)
-        STATS["gradchecks"] += 1
-    STATS["examples"] += 1
-    STATS["seconds"] += time.perf_counter() - t0
+        STATS[dtype_name]["gradchecks"] += 1
+    STATS[dtype_name]["examples"] += 1
+    STATS[dtype_name]["seconds"] += time.perf_counter() - t0
 
 
 # --- profiles ----------------------------------------------------------------------------------
@@ -835,13 +841,23 @@ LONG = FUZZ == "long"
 _BASE = dict(deadline=None, derandomize=not LONG, database=None, print_blob=True,
              phases=[Phase.explicit, Phase.generate, Phase.shrink],
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-DEFAULT_EXAMPLES = {"float64": 24, "float32": 10}
+DEFAULT_EXAMPLES = {"float64": 40, "float32": 16}
 LONG_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "100000"))
 
 
 def _profile(dtype_name: str) -> settings:
     n = LONG_EXAMPLES if LONG else DEFAULT_EXAMPLES[dtype_name]
     return settings(max_examples=n, **_BASE)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report():
+    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran, per dtype (for the README's table)."""
+    yield
+    path = os.environ.get("SYMGRAD_FUZZ_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"profile": "long" if LONG else "default", **STATS}, f, indent=1)
 
 
 def _slow_when_long(test):
