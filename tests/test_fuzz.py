@@ -37,6 +37,7 @@ import inspect
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -311,6 +312,8 @@ def _matmul_step(draw, i, pool, names):
         options.append((i, i, "outer"))
     if len(m.shape) == 2:
         options.append((i, i, "xxt"))
+    if len(m.shape) == 3:
+        options.append((i, i, "bxxt"))
     if not options:
         return None
     a, b, form = draw(st.sampled_from(options))
@@ -319,6 +322,11 @@ def _matmul_step(draw, i, pool, names):
     prod = _mul_iv((pa.lo, pa.hi), (pb.lo, pb.hi))
     if form == "outer":
         return f"symgrad.outer({x}, {y})", (pa.shape[0], pb.shape[0]), prod
+    if form == "bxxt":  # batched x @ x^T: bmm
+        b, n, k = pa.shape
+        p = _mul_iv((pa.lo, pa.hi), (pa.lo, pa.hi))
+        code = draw(st.sampled_from([f"symgrad.bmm({x}, {x}.transpose(1, 2))", f"{x} @ {x}.transpose(-1, -2)"]))
+        return code, (b, n, n), (k * p[0], k * p[1])
     if form == "xxt":
         left = draw(st.booleans())
         k = pa.shape[1] if left else pa.shape[0]
@@ -568,7 +576,7 @@ def _where_step(draw, i, pool, names):
 
 
 KINDS = (["unary"] * 5 + ["binary"] * 4 + ["scalar"] * 3 + ["reduce"] * 3 + ["matmul"] * 2 + ["shape"] * 3
-         + ["index"] * 2 + ["join"] + ["inplace"] + ["where"] + ["pow"] + ["clamp"])
+         + ["index"] * 2 + ["join"] + ["inplace"] + ["where"] * 2 + ["pow"] + ["clamp"])
 NEEDS_DIMS = {"index", "join"}
 
 
@@ -590,12 +598,24 @@ class Program:
         """The value the program returns (weighted): the last ``v<k> = ...`` statement's target."""
         return [ln.split(" = ", 1)[0] for ln in self.lines if ln.startswith("v")][-1]
 
+    @property
+    def unused(self) -> list[str]:
+        """Values no later statement reads (besides the last): they join the output, so that every
+        step of the program is live (not removed as dead code before it is compiled)."""
+        assigned = [ln.split(" = ", 1)[0] for ln in self.lines if ln.startswith("v")]
+        read = set()
+        for ln in self.lines:
+            read.update(re.findall(r"\bv\d+\b", ln.split(" = ", 1)[1] if " = " in ln else ln))
+        return [v for v in assigned[:-1] if v not in read]
+
     def source(self, dtype: str = "float64") -> str:
         params = [f"v{i}" for i in range(len(self.shapes))] + (["s"] if self.python_arg else [])
         out = [f"D, OTHER = symgrad.{dtype}, symgrad.{'float32' if dtype == 'float64' else 'float64'}",
                f"def program({', '.join(params)}):"]
         out += [f"    {line}" for line in self.lines]
         ret = f"({self.last} * W).sum()" if self.output == "loss" else f"{self.last} * W"
+        if self.unused:
+            ret += " + 0.5 * (" + " + ".join(f"{v}.sum()" for v in self.unused) + ")"
         out.append(f"    return {ret}")
         return "\n".join(out)
 
@@ -841,7 +861,7 @@ LONG = FUZZ == "long"
 _BASE = dict(deadline=None, derandomize=not LONG, database=None, print_blob=True,
              phases=[Phase.explicit, Phase.generate, Phase.shrink],
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-DEFAULT_EXAMPLES = {"float64": 40, "float32": 16}
+DEFAULT_EXAMPLES = {"float64": 40, "float32": 8}
 LONG_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "100000"))
 
 
