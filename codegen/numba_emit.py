@@ -35,6 +35,7 @@ def forward(x):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -183,7 +184,9 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         elif any(o in needed for o in n.outputs):
             needed.update(n.inputs)
 
-    pool = _BufferPool(graph, scatters, group_of)
+    block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed,
+                                                          source_of)
+    pool = _BufferPool(graph, scatters, group_of, block)
     emitted_groups: set[int] = set()
     for n in graph.nodes:
         grp = group_of.get(n)
@@ -192,7 +195,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 continue
             emitted_groups.add(id(grp))
             k = len(kernels)
-            in_parallel = _parallel_loop(grp, parallel)
+            in_parallel = _parallel_loop(grp, parallel) if block is None else False
             source, constants = _kernel_source(grp, k, names, needed, in_parallel)
             kernels.append(decorator(in_parallel, fastmath) + "\n" + source)
             args = []
@@ -204,7 +207,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                     args.append(arg)
             written = [v for v in grp.outputs if v in needed]
             args += [pool.array(v) for v in written]
-            args += [str(int(s)) for s in grp.shape]
+            args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
             args += [repr(float(value)) for _, value in constants]
             results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
             target = ", ".join(results) + ("," if len(results) == 1 else "")
@@ -213,6 +216,9 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             glue.append(f"    {target} = group_{k}({', '.join(args)})")
             for r in grp.reductions:
                 out = names[r.output.name]
+                if block is not None:  # a partial sum of this block
+                    glue.append(f"    total_{out} += {out}")
+                    continue
                 dims, _ = reduction_dims(r, len(grp.shape))
                 count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
                 if r.op.startswith("mean"):
@@ -238,6 +244,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             glue.append(f"    {names[out.name]} = np.{ufunc}({names[arg.name]}, out={pool.array(out)})")
             continue
         glue += node_statements(n, names, ns)
+    if block is not None:
+        glue = glue[:1] + block.wrap(glue[1:], names)
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     if pool.shapes:
         # Intermediate arrays come from a pool of buffers reused across calls (the default list
@@ -249,6 +257,85 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return NumbaEmitted(name, "\n".join(glue), kernels, ns)
+
+
+# Blocked execution: a 1-D graph of loops, SIMD ufuncs and full reductions runs block by block,
+# so its intermediates stay in the L2 cache (and the buffer pool holds blocks, not arrays).
+BLOCK_ELEMENTS = 16384
+
+
+class _BlockPlan:
+    """How the glue of a blockable graph is wrapped in ``for lo_ in range(0, n, BLOCK)``."""
+
+    def __init__(self, graph: Graph, n: int, outputs: set, reductions: list, names: dict) -> None:
+        self.graph, self.n, self.size = graph, n, BLOCK_ELEMENTS
+        self.outputs, self.reductions, self.names = outputs, reductions, names
+
+    def wrap(self, body: list[str], names: dict) -> list[str]:
+        lines = [f"    # run in blocks of {self.size} elements: the intermediates stay in cache"]
+        for v in self.outputs:
+            lines.append(f"    {names[v.name]}_all = np.empty(({self.n},), dtype=np.{v.dtype.np.name})")
+        for r in self.reductions:
+            lines.append(f"    total_{names[r.output.name]} = 0.0")
+        lines.append(f"    for lo_ in range(0, {self.n}, {self.size}):")
+        lines.append(f"        hi_ = min(lo_ + {self.size}, {self.n})")
+        lines.append("        m_ = hi_ - lo_")
+        for v in self.graph.placeholders:
+            if len(v.shape) == 1:
+                lines.append(f"        {names[v.name]}_b = {names[v.name]}[lo_:hi_]")
+        renamed = {names[v.name]: f"{names[v.name]}_b" for v in self.graph.placeholders if len(v.shape) == 1}
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, renamed)) + r")\b(?!_)") if renamed else None
+        for line in body:
+            if pattern is not None and not line.lstrip().startswith("#"):
+                line = pattern.sub(lambda m: renamed[m.group(1)], line)
+            lines.append("    " + line)
+        for r in self.reductions:
+            out = names[r.output.name]
+            total = f"total_{out}" + (f" / {self.n}" if r.op.startswith("mean") else "")
+            lines.append(f"    {out} = {total}")
+            if r.output.dtype.np != np.float64:
+                lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
+        for v in self.outputs:
+            lines.append(f"    {names[v.name]} = {names[v.name]}_all")
+        return lines
+
+
+def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, scatters: dict, needed: set,
+                source_of) -> _BlockPlan | None:
+    """A plan when every step is elementwise over one 1-D shape (or a full reduction of it)."""
+    if scatters or not groups:
+        return None
+    shape = groups[0].shape
+    if len(shape) != 1 or shape[0] < 2 * BLOCK_ELEMENTS:
+        return None
+    if any(tuple(v.shape) not in (shape, ()) for v in graph.placeholders):
+        return None
+    for grp in groups:
+        if grp.shape != shape or any(reduction_dims(r, 1)[0] != (0,) or tuple(r.output.shape) != ()
+                                     for r in grp.reductions):
+            return None
+    for n in graph.nodes:
+        if n in group_of or n in fused_reduction or not any(o in needed for o in n.outputs):
+            continue
+        if n.op == "expand" and source_of(n.outputs[0]).shape == ():
+            continue
+        if _plain_ufunc(n) is None or tuple(n.outputs[0].shape) != shape:
+            return None
+    outputs = set()
+    for v in graph.outputs:
+        if v is None or v.producer is None:
+            return None
+        if v.producer in fused_reduction:
+            continue
+        if tuple(v.shape) != shape or v.producer not in group_of:
+            return None
+        outputs.add(v)
+    reductions = [r for grp in groups for r in grp.reductions]
+    names = {v.name: _ident(v.name) for v in graph.placeholders}
+    for n in graph.nodes:
+        for o in n.outputs:
+            names[o.name] = _ident(o.name)
+    return _BlockPlan(graph, shape[0], outputs, reductions, names)
 
 
 # numpy ufuncs for IR functions (sympy names) that an offloaded node may call with ``out=``.
@@ -281,7 +368,8 @@ class _BufferPool:
     order), so the pool holds about as much as the graph's live intermediates at their peak.
     """
 
-    def __init__(self, graph: Graph, scatters: dict, group_of: dict) -> None:
+    def __init__(self, graph: Graph, scatters: dict, group_of: dict, block=None) -> None:
+        self.block = block
         self.users = graph.users()
         self.outputs = {v for v in graph.outputs if v is not None}
         self.scatter_nodes = set(scatters)
@@ -317,6 +405,10 @@ class _BufferPool:
     def array(self, v: Value) -> str:
         """Source for the array a loop or ufunc writes ``v`` into."""
         shape, dtype = tuple(int(d) for d in v.shape), v.dtype.np.name
+        if self.block is not None:
+            if v in self.block.outputs:
+                return f"{self.block.names[v.name]}_all[lo_:hi_]"   # this block's part of the result
+            shape = (self.block.size,)
         if not self.poolable(v):
             return f"np.empty({shape!r}, dtype=np.{dtype})"
         if v not in self.slot:
@@ -330,7 +422,7 @@ class _BufferPool:
                 self.shapes.append((shape, dtype))
                 self.owner.append(v)
         self.owner[self.slot[v]] = v
-        return f"buf_[{self.slot[v]}]"
+        return f"buf_[{self.slot[v]}]" + ("[:m_]" if self.block is not None else "")
 
 
 def _scatter_into(target, indices, values):

@@ -443,3 +443,30 @@ def test_concurrent_calls_take_separate_buffers():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_long_1d_graphs_run_in_cache_sized_blocks(dtype):
+    from codegen.numba_emit import BLOCK_ELEMENTS
+
+    x = np.linspace(-2, 3, 2 * BLOCK_ELEMENTS + 77).astype(dtype)   # a partial last block
+
+    for loss in (w1, lambda t: (symgrad.tanh(t) * t * 0.5).mean()):
+        _check_blocked(loss, x, dtype)
+
+
+def _check_blocked(loss, x, dtype):
+    vg = symgrad.value_and_grad(loss)
+    value, grad = vg(x)
+    assert "run in blocks" in vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True).joint_source
+    ref = symgrad.tensor(x, requires_grad=True)
+    out = loss(ref)
+    out.backward()
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(value, out.item(), rtol=rtol)
+    np.testing.assert_allclose(grad, ref.grad.numpy(), rtol=rtol, atol=rtol)
+    assert grad.dtype == dtype and grad.shape == x.shape
+    f = symgrad.compile(loss)                      # the tensor API runs the same blocked joint kernel
+    t = symgrad.tensor(x, requires_grad=True)
+    f(t).backward()
+    np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=rtol, atol=rtol)
