@@ -153,7 +153,9 @@ def arg_source(a, label: str, names: dict, ns: dict) -> str:
         return const(part)
 
     if isinstance(a, Value):
-        return names[a.name]
+        # a 0-d float may be a Python float in Numba glue (a fused reduction's result): numpy
+        # forwards need an array
+        return f"asarray({names[a.name]})" if a.shape == () and a.dtype.is_floating_point else names[a.name]
     if isinstance(a, list):
         return "[" + ", ".join(arg_source(x, label, names, ns) for x in a) + "]"
     if isinstance(a, IndexRef):

@@ -96,6 +96,22 @@ def test_regression_unbind_over_a_dim_of_size_one(backend):
     np.testing.assert_array_equal(a.grad.numpy(), [[2, 20, 200]])
 
 
+@pytest.mark.parametrize("strategy", ["joint", "split"])
+def test_regression_glue_op_on_a_fused_scalar_reduction(strategy):
+    """Long fuzz run: a float64 scalar reduction fused into a loop stays a Python float in the glue,
+    and a numpy op there (``v.sum().sum()`` on a 0-d value) failed with AttributeError: 'float'
+    object has no attribute 'dtype'.  Glue ops now get arrays."""
+    def fn(v0):
+        v2 = abs(v0).sum()
+        return v2.sum() * 2.0 + abs(v0)
+
+    c = symgrad.compile(fn, scalar_loss=strategy)
+    x = T(0.7, requires_grad=True)
+    out = c(x)
+    out.backward()
+    assert out.item() == pytest.approx(2.1) and x.grad.item() == 3.0
+
+
 def test_regression_anomaly_mode_while_compiling_ignores_the_example_values():
     """Compiling inside ``detect_anomaly`` with example values whose gradient is NaN: the NaN check
     fired while *tracing* the backward (a MulBackward0 error), so nothing could be compiled."""
