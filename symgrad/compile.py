@@ -51,6 +51,16 @@ except ImportError:  # pragma: no cover - numba is a dependency; kept working wi
     DEFAULT_BACKEND = "numpy"
 
 
+def _depending_outputs(graph: Graph, wrt: Sequence[int]) -> frozenset:
+    """Indices of the outputs computed from one of the ``wrt`` inputs (as in eager mode, an output
+    made only of constants has no grad_fn)."""
+    live = {graph.placeholders[i] for i in wrt}
+    for n in graph.nodes:
+        if n.op != "detach" and not n.meta.get("no_grad") and any(v in live for v in n.inputs):
+            live.update(n.outputs)
+    return frozenset(i for i, v in enumerate(graph.outputs) if v is not None and v in live)
+
+
 def _emit(graph: Graph, name: str, options: dict):
     # Numba has no float16: such graphs run as numpy statements (eager mode's float16 semantics)
     half = any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
@@ -84,6 +94,7 @@ class Kernels:
     joint_fn: Callable | None = None     # forward and backward in one kernel (value_and_grad)
     joint_source: str = ""
     unit_tangent: np.ndarray | None = None   # the seed ``1`` of a scalar output, made once
+    grad_outputs: frozenset = frozenset()     # outputs that depend on an input requiring grad (get grad_fn)
 
     @property
     def strategy(self) -> str:
@@ -217,6 +228,7 @@ class CompiledFunction:
                     kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", self.options)
             if scalar_loss:
                 kernels.unit_tangent = np.ones((), out0.dtype.np)
+            kernels.grad_outputs = _depending_outputs(graph, wrt)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         else:
             t2 = time.perf_counter()
@@ -267,7 +279,7 @@ class CompiledFunction:
             node._next, node._meta = tuple(edges), tuple(metas)
             node._tensor_positions = list(range(len(tensors)))
             for i in k.diff_outputs:
-                if wrapped[i] is not None:
+                if wrapped[i] is not None and i in k.grad_outputs:
                     wrapped[i]._grad_fn, wrapped[i]._output_nr = node, i
         if k.output_kind == "single":
             return wrapped[0]
