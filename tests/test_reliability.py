@@ -762,9 +762,7 @@ def test_known_issue_folded_expressions_lose_nan_propagation(case):
         assert_same(symgrad.compile(fn)(x).numpy(), fn(symgrad.tensor(x)).numpy())
 
 
-@pytest.mark.xfail(strict=True, reason="eager sin of a bool tensor is computed by numpy in float16, then cast "
-                                       "to float32 (PyTorch computes in float32; reported)")
-def test_known_issue_eager_math_on_bool_tensors_runs_in_float16():
+def test_eager_math_on_bool_tensors_runs_in_float32():
     got = symgrad.sin(symgrad.tensor(np.array([True])))
     assert got.dtype == symgrad.float32 and got.item() == np.sin(np.float32(1))
 

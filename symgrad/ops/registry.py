@@ -285,6 +285,11 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
     want = result_type(*operands)
     if op.dtype_rule == "float" and not want.is_floating_point:
         want = get_default_dtype()
+        if out.dtype.kind == "f" and out.dtype.itemsize < want.np.itemsize and not op.list_positions:
+            # numpy computed in float16 (its choice for bool and int8 inputs): compute in the
+            # result dtype instead, as PyTorch does, rather than widening a float16 result
+            datas = [a._data.astype(want.np) if isinstance(a, Tensor) else a for a in args]
+            return np.asarray(resolved_forward(op)(*datas), dtype=want.np)
     if out.dtype != want.np:
         out = out.astype(want.np)
     return out
