@@ -81,7 +81,7 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
     for n in graph.nodes:
         for o in n.outputs:
             names[o.name] = _ident(o.name)
-    ns: dict = {"asarray": np.asarray}
+    ns: dict = {"asarray": np.asarray, "np": np}
     ns.update(vocab.NUMPY_FUNCTIONS)
     printer = _Printer(names)
     lines = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
@@ -91,7 +91,13 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
                 n.op not in ("constant", "detach"):
             lines.append(f"    # {node_comment(n)}")
             target = ", ".join(names[o.name] for o in n.outputs)
-            lines.append(f"    {target} = {printer.doprint(n.expr)}")
+            src = printer.doprint(n.expr)
+            # sympy may fold the expression (x - x is 0, y + 0*x is y): numpy would then compute a
+            # Python number, or a smaller shape than the node's, so broadcast it back
+            shapes = [v.shape for v in n.inputs if v.symbol in n.expr.free_symbols]
+            if len(n.outputs) == 1 and (not shapes or np.broadcast_shapes(*shapes) != tuple(n.output.shape)):
+                src = f"np.broadcast_to({src}, {tuple(n.output.shape)!r}).astype({n.output.dtype.np.name!r})"
+            lines.append(f"    {target} = {src}")
             _cast_line(lines, n, names, graph)
         else:
             lines += node_statements(n, names, ns)

@@ -112,6 +112,27 @@ def test_regression_glue_op_on_a_fused_scalar_reduction(strategy):
     assert out.item() == pytest.approx(2.1) and x.grad.item() == 3.0
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_regression_folded_expressions_keep_their_shape(backend):
+    """Long fuzz run, numpy backend: sympy folds ``v8 - v8`` to ``0`` and ``y + (x - x)`` to ``y``;
+    the numpy emitter then computed a Python int (a numpy op on it raised AttributeError: 'int'
+    object has no attribute 'dtype') or a smaller shape (a silently wrong sum: 6 instead of 18)."""
+    def folded_to_zero(v0, v1):
+        v8 = abs(v1[..., 0::2])
+        v10 = v8 - v8
+        return (v10.clamp(-1.0, -0.65) * T([0.5, -1.0])).sum() + 0.5 * (v10.sum() + (v8 + v0).sum())
+
+    def folded_to_smaller(x, y):
+        return (y + (x - x)).sum()
+
+    for fn, args in ((folded_to_zero, (np.array(0.7), np.array([1.0, -2.0, 3.0]))),
+                     (folded_to_smaller, (np.ones((3, 4)), np.arange(4.0)))):
+        (v, g, _), (cv, cg, _) = eager_and_compiled(fn, symgrad.compile(fn, backend=backend), *args)
+        assert cv == pytest.approx(v, rel=1e-14)
+        for a, b in zip(cg, g):
+            np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
 def test_regression_anomaly_mode_while_compiling_ignores_the_example_values():
     """Compiling inside ``detect_anomaly`` with example values whose gradient is NaN: the NaN check
     fired while *tracing* the backward (a MulBackward0 error), so nothing could be compiled."""
