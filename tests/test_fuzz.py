@@ -789,6 +789,10 @@ def run_program(prog: Program, dtype_name: str) -> None:
     """Eager, interpreter, compiled (+ value_and_grad) on two sets of values, then gradcheck."""
     t0 = time.perf_counter()
     dtype, rtol = DTYPES[dtype_name]
+    if dtype_name == "float64" and any(".to(OTHER)" in ln for ln in prog.lines):
+        # a float32 round trip: its backward rounds the gradient to float32 too, and the joint
+        # strategy rounds the gradient for a cotangent of 1 and then scales it (reported)
+        rtol = 1e-6
     np_dtype = dtype.np
     rng = np.random.default_rng(prog.seed)
     first, fresh = _inputs(prog, rng, np_dtype), _inputs(prog, rng, np_dtype)
