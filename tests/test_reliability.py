@@ -771,16 +771,37 @@ def test_first_calls_from_two_threads_trace_and_compile_correctly():
     assert not errors, errors
 
 
-# --- known issues, reported: each turns into a failure (strict xfail) once fixed ------------------
+# --- expressions sympy would fold: x*0.0, x - x and 0.0/x are NaN where x is NaN or infinite -----
 
-@pytest.mark.xfail(strict=True, reason="the tracer's sympy expressions fold x*0.0, x-x and 0.0/x to 0, so "
-                                       "compiled code loses numpy's NaN/inf propagation (reported to the lead)")
-@pytest.mark.parametrize("case", ["x * 0.0 + 1", "x - x", "0.0 / x"])
-def test_known_issue_folded_expressions_lose_nan_propagation(case):
-    fn = {"x * 0.0 + 1": lambda x: x * 0.0 + 1, "x - x": lambda x: x - x, "0.0 / x": lambda x: 0.0 / x}[case]
-    x = np.array([1.0, np.inf, np.nan, 0.0])
+_FOLDED = {
+    "x * 0.0 + 1": lambda x: x * 0.0 + 1,
+    "x - x": lambda x: x - x,
+    "0.0 / x": lambda x: 0.0 / x,
+    "y + (x - x)": lambda x: x * 2 + (x - x),
+    "sin(x) - sin(x) (merged by CSE)": lambda x: symgrad.sin(x) - symgrad.sin(x),
+    "(x * 0.0).exp()": lambda x: (x * 0.0).exp(),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", list(_FOLDED))
+def test_folded_expressions_keep_nan_propagation(case, dtype):
+    fn = _FOLDED[case]
+    x = np.array([1.0, np.inf, -np.inf, np.nan, 0.0], dtype=dtype)
     with np.errstate(all="ignore"):
-        assert_same(symgrad.compile(fn)(x).numpy(), fn(symgrad.tensor(x)).numpy())
+        want = fn(symgrad.tensor(x)).numpy()
+        got = symgrad.compile(fn)(x).numpy()
+    assert np.isnan(want).any()  # the case really exercises NaN propagation
+    assert got.dtype == want.dtype
+    assert_same(got, want)
+
+
+def test_folded_expressions_keep_nan_propagation_in_value_and_grad():
+    x = np.array([1.0, np.inf, 2.0])
+    with np.errstate(all="ignore"):
+        value, grad = symgrad.value_and_grad(lambda x: (x * 0.0 + x).sum())(x)
+    assert np.isnan(value)
+    np.testing.assert_array_equal(grad, [1.0, 1.0, 1.0])
 
 
 def test_eager_math_on_bool_tensors_runs_in_float32():

@@ -188,6 +188,29 @@ _RESERVED = {"lambda", "def", "return", "for", "in", "if", "else", "not", "and",
              "False", "class", "from", "import", "with", "as", "pass", "global", "yield", "del", "try", "while"}
 
 
+def substitute(expr: sympy.Expr, mapping: dict) -> sympy.Expr:
+    """``expr.xreplace(mapping)`` that never lets sympy fold a value away.
+
+    sympy evaluates ``x*0.0``, ``x - x`` and ``0.0/x`` to ``0``; numpy gives NaN there when ``x``
+    is NaN or infinite, so a folded expression would change results.  When a symbol that should
+    appear in the result has vanished, the expression is rebuilt without evaluation instead.
+
+    >>> x, other = sympy.symbols("x other")
+    >>> substitute(x * other, {other: sympy.Float(0.0)})
+    0.0*x
+    >>> substitute(x * other, {other: sympy.Integer(2)})
+    2*x
+    """
+    out = expr.xreplace(mapping)
+    expected = set()
+    for s in expr.free_symbols:
+        expected |= mapping[s].free_symbols if s in mapping else {s}
+    if expected <= out.free_symbols:
+        return out
+    with sympy.evaluate(False):
+        return expr.xreplace(mapping)
+
+
 def _arg_text(a) -> str:
     if isinstance(a, Value):
         return repr(a)

@@ -18,7 +18,7 @@ import sympy
 
 from ..dtypes import from_numpy_dtype
 from ..ops import registry
-from .graph import Graph, IndexRef, Node, Value
+from .graph import Graph, IndexRef, Node, Value, substitute
 
 
 def _key_part(a, rename):
@@ -63,7 +63,7 @@ def _apply_renames(graph: Graph, rename: dict) -> None:
     for node in graph.nodes:
         node.args = tuple(_rewrite(a, rename) for a in node.args)
         if node.expr is not None and rename:
-            node.expr = node.expr.xreplace({old.symbol: new.symbol for old, new in rename.items()})
+            node.expr = substitute(node.expr, {old.symbol: new.symbol for old, new in rename.items()})
     graph.outputs = [None if v is None else rename.get(v, v) for v in graph.outputs]
 
 
@@ -220,7 +220,7 @@ def elementwise_regions(graph: Graph) -> list[Region]:
                     subs[v.symbol] = inner[v]
                 elif v not in inputs:
                     inputs.append(v)
-            inner[n.output] = n.expr.xreplace(subs) if subs else n.expr
+            inner[n.output] = substitute(n.expr, subs) if subs else n.expr
         outputs = [n.output for n in nodes
                    if n.output in outputs_of_graph or any(u not in members for u in users.get(n.output, []))]
         out.append(Region(nodes, inputs, outputs, [inner[v] for v in outputs]))

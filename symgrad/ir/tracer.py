@@ -29,7 +29,7 @@ from ..dtypes import from_numpy_dtype
 from ..ops import registry
 from ..tensor import Tensor
 from .decompositions import DECOMPOSITIONS
-from .graph import Graph, IndexRef, Value
+from .graph import Graph, IndexRef, Value, substitute
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -142,7 +142,7 @@ class Tracer:
             for a, spec in zip(rec, schema_args):
                 sym = sympy.Symbol(spec.name)
                 subs[sym] = a.symbol if isinstance(a, Value) else sympy.sympify(a)
-            expr = op.rule.elementwise.xreplace(subs)
+            expr = substitute(op.rule.elementwise, subs)
         specs = [(o.dtype, tuple(o._data.shape)) for o in outputs]
         node = self.graph.add_node(op.key, rec, specs, expr=expr, name=op.name)
         if not STATE.enabled:
