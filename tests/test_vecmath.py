@@ -28,8 +28,8 @@ def _sigmoid_mp(x):
 
 
 def _np_sigmoid(x):
-    with np.errstate(over="ignore"):
-        return (1 / (1 + np.exp(-x.astype(F64)))).astype(x.dtype)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1, e) / (1 + e)
 
 
 # name -> (mpmath function, numpy function, sweep segments per dtype).  A segment is ("lin", lo, hi) for uniform
@@ -63,14 +63,14 @@ SPECS: dict[str, dict] = {
     "sin": dict(
         mp=mp.sin,
         np=np.sin,
-        f64=[("lin", -10.0, 10.0), ("log", 1e-300, 7e15, "neg"), ("lin", -1e5, 1e5)],
-        f32=[("lin", -10.0, 10.0), ("log", 1e-38, 7e15, "neg"), ("lin", -1e5, 1e5)],
+        f64=[("lin", -10.0, 10.0), ("log", 1e-300, 1.4e14, "neg"), ("lin", -1e5, 1e5)],
+        f32=[("lin", -10.0, 10.0), ("log", 1e-38, 1.4e14, "neg"), ("lin", -1e5, 1e5)],
     ),
     "cos": dict(
         mp=mp.cos,
         np=np.cos,
-        f64=[("lin", -10.0, 10.0), ("log", 1e-300, 7e15, "neg"), ("lin", -1e5, 1e5)],
-        f32=[("lin", -10.0, 10.0), ("log", 1e-38, 7e15, "neg"), ("lin", -1e5, 1e5)],
+        f64=[("lin", -10.0, 10.0), ("log", 1e-300, 1.4e14, "neg"), ("lin", -1e5, 1e5)],
+        f32=[("lin", -10.0, 10.0), ("log", 1e-38, 1.4e14, "neg"), ("lin", -1e5, 1e5)],
     ),
     "tanh": dict(
         mp=mp.tanh,
@@ -210,19 +210,34 @@ def test_max_ulp_vs_mpmath(name, dt, mp_refs):
     assert err[worst] <= MAX_ULP, f"v{name}_{dt}({x[worst]!r}): {err[worst]:.2f} ulp"
 
 
-@pytest.mark.parametrize("name,dt", [c for c in CASES if SPECS[c[0]]["np"] is not None])
-def test_dense_sweep_vs_numpy(name, dt):
-    """1e6 points against numpy (numpy itself is within about 1 ulp of mpmath, so the bound is ours + 1)."""
-    _fn(name, dt)
-    x = _points(SPECS[name][dt], DTYPES[dt], N_DENSE, seed=7)
+def dense_max_ulp(name: str, dt: str, x: np.ndarray) -> tuple[float, int]:
+    """Max ulp error vs mpmath over a dense sweep: numpy filters, mpmath decides.
+
+    Points where ours and numpy agree within 1 ulp (of numpy's result) are within 1 + numpy's own error; numpy is
+    within about 1 ulp of mpmath for float64 and 4 ulp for float32 (log), so the up to 3000 points that disagree
+    most are recomputed with mpmath and the max over them is returned, with the number of points checked."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         ref = SPECS[name]["np"](x)
     ours = apply(name, dt, x)
     same = (ours == ref) | (np.isnan(ours) & np.isnan(ref))
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(ours.astype(F64) - ref.astype(F64)) / np.spacing(np.abs(ref)).astype(F64)
-    err = np.where(same, 0.0, err)
-    assert np.nanmax(np.where(np.isnan(err), np.inf, err)) <= MAX_ULP + 1
+        diff = np.abs(ours.astype(F64) - ref.astype(F64)) / np.spacing(np.abs(ref)).astype(F64)
+    diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
+    suspects = np.argsort(diff)[-3000:]
+    suspects = suspects[diff[suspects] > 1.0]
+    if suspects.size == 0:
+        return float(diff.max()), 0
+    hi, lo = _reference(name, x[suspects])
+    return float(ulp_error(ours[suspects], hi, lo).max()), int(suspects.size)
+
+
+@pytest.mark.parametrize("name,dt", [c for c in CASES if SPECS[c[0]]["np"] is not None])
+def test_dense_sweep(name, dt):
+    """1e6 points: ours vs numpy, and where they differ by more than 1 ulp, ours vs mpmath."""
+    _fn(name, dt)
+    x = _points(SPECS[name][dt], DTYPES[dt], N_DENSE, seed=7)
+    worst, _ = dense_max_ulp(name, dt, x)
+    assert worst <= MAX_ULP
 
 
 # ---------------------------------------------------------------------------------------------------------------
