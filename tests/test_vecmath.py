@@ -23,6 +23,14 @@ DTYPES = {"f64": F64, "f32": F32}
 MAX_ULP = 2.0
 
 
+def _scipy_erf():
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy is a test extra
+        return None
+    return erf
+
+
 def _sigmoid_mp(x):
     return 1 / (1 + mp.exp(-x))
 
@@ -86,7 +94,7 @@ SPECS: dict[str, dict] = {
     ),
     "erf": dict(
         mp=mp.erf,
-        np=None,
+        np=_scipy_erf(),
         f64=[("lin", -7.0, 7.0), ("lin", -1.0, 1.0), ("log", 1e-300, 10.0, "neg")],
         f32=[("lin", -5.0, 5.0), ("lin", -1.0, 1.0), ("log", 1e-38, 10.0, "neg")],
     ),
