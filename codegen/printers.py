@@ -197,7 +197,11 @@ def formula_source(expr: sympy.Expr, params: tuple[str, ...], name: str = "formu
 
 def compile_formula(expr: sympy.Expr, params: tuple[str, ...], namespace: dict, name: str = "formula"):
     """Compile a formula into a function evaluated against ``namespace``."""
-    src = formula_source(expr, params, name)
+    return compile_source(formula_source(expr, params, name), namespace, name)
+
+
+def compile_source(src: str, namespace: dict, name: str):
+    """The function ``name`` defined by ``src`` (from :func:`formula_source`), evaluated against ``namespace``."""
     glb = dict(namespace)
     exec(compile(src, f"<formula {name}>", "exec"), glb)
     fn = glb[name]

@@ -20,7 +20,7 @@ graph(x: f64[3]) {
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,16 +92,48 @@ def _index_text(part) -> str:
     return repr(part)
 
 
-@dataclass(eq=False)
 class Node:
-    """One op applied to values and constants (arguments in the op's schema order)."""
+    """One op applied to values and constants (arguments in the op's schema order).
 
-    op: str
-    args: tuple
-    outputs: list[Value]
-    expr: sympy.Expr | None = None   # elementwise nodes: the output as a scalar expression of the inputs
-    data: np.ndarray | None = None   # constant nodes
-    meta: dict = field(default_factory=dict)
+    ``expr`` (elementwise nodes): the output as a sympy scalar expression of the inputs.  The
+    tracer passes the op's rule instead and the expression is built on first use, so that
+    tracing itself needs no sympy (a build found in the disk cache never builds one).
+    """
+
+    def __init__(self, op: str, args: tuple, outputs: list[Value], expr: sympy.Expr | None = None,
+                 data: np.ndarray | None = None, meta: dict | None = None, rule: Any = None) -> None:
+        self.op = op
+        self.args = args
+        self.outputs = outputs
+        self.data = data                      # constant nodes
+        self.meta = {} if meta is None else meta
+        self._expr = expr
+        self._rule = rule if expr is None else None
+
+    @property
+    def expr(self) -> sympy.Expr | None:
+        if self._rule is not None:
+            rule, self._rule = self._rule, None
+            subs = {sympy.Symbol(spec.name): a.symbol if isinstance(a, Value) else sympy.sympify(a)
+                    for a, spec in zip(self.args, rule.schema.args)}
+            self._expr = substitute(rule.elementwise, subs)
+        return self._expr
+
+    @expr.setter
+    def expr(self, value: sympy.Expr | None) -> None:
+        self._expr, self._rule = value, None
+
+    @property
+    def is_elementwise(self) -> bool:
+        """Whether the node has a scalar expression (without building it)."""
+        return self._rule is not None or self._expr is not None
+
+    @property
+    def expr_built(self) -> bool:
+        return self._expr is not None
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {', '.join(map(repr, self.outputs))})"
 
     @property
     def inputs(self) -> list[Value]:
@@ -152,8 +184,9 @@ class Graph:
         return v
 
     def add_node(self, op: str, args: tuple, out_specs: list[tuple[Dtype, tuple]], expr=None, data=None,
-                 name: str | None = None) -> Node:
-        node = Node(op, tuple(args), [], expr, data)
+                 name: str | None = None, rule=None) -> Node:
+        """Append a node; ``rule``: an elementwise rule whose expression is built on first use."""
+        node = Node(op, tuple(args), [], expr, data, rule=rule)
         for k, (dt, shape) in enumerate(out_specs):
             node.outputs.append(Value(self.fresh_name(name or op), dt, tuple(shape), node, k))
         self.nodes.append(node)

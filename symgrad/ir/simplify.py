@@ -62,7 +62,7 @@ def _rewrite_index(part, rename):
 def _apply_renames(graph: Graph, rename: dict) -> None:
     for node in graph.nodes:
         node.args = tuple(_rewrite(a, rename) for a in node.args)
-        if node.expr is not None and rename:
+        if rename and node.expr_built:  # a lazy expression is built from the renamed args
             node.expr = substitute(node.expr, {old.symbol: new.symbol for old, new in rename.items()})
     graph.outputs = [None if v is None else rename.get(v, v) for v in graph.outputs]
 

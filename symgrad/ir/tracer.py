@@ -22,14 +22,13 @@ import traceback
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import sympy
 
 from ..autograd.grad_mode import STATE
 from ..dtypes import from_numpy_dtype
 from ..ops import registry
 from ..tensor import Tensor
 from .decompositions import DECOMPOSITIONS
-from .graph import Graph, IndexRef, Value, substitute
+from .graph import Graph, IndexRef, Value
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,15 +135,9 @@ class Tracer:
             return
         schema_args = op.rule.schema.args
         rec = tuple(self._arg(a, spec) for a, spec in zip(args, schema_args))
-        expr = None
-        if op.rule.elementwise is not None:
-            subs = {}
-            for a, spec in zip(rec, schema_args):
-                sym = sympy.Symbol(spec.name)
-                subs[sym] = a.symbol if isinstance(a, Value) else sympy.sympify(a)
-            expr = substitute(op.rule.elementwise, subs)
         specs = [(o.dtype, tuple(o._data.shape)) for o in outputs]
-        node = self.graph.add_node(op.key, rec, specs, expr=expr, name=op.name)
+        elementwise = op.rule if op.rule.elementwise_text is not None else None
+        node = self.graph.add_node(op.key, rec, specs, name=op.name, rule=elementwise)
         if not STATE.enabled:
             node.meta["no_grad"] = True
         for t, v in zip(outputs, node.outputs):

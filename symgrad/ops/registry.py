@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from codegen.printers import compile_formula
+from codegen.printers import compile_formula, compile_source, formula_source
 
 from ..autograd import anomaly
 from ..autograd.anomaly import STATE as _anomaly_state
@@ -142,10 +142,15 @@ class _LazyForward:
     def resolve(self):
         if self.fn is None:
             op = self.op
+            from ..build_cache import formula_source as cached_source
+
             params = tuple(a.name for a in op.rule.schema.args)
+            name = f"forward_{op.rule.schema.name}"
+            # printed once per machine (sympy's first use is slow); the key holds all it depends on
+            src = cached_source(f"forward {op.key} {params} {op.rule.elementwise_text}",
+                                lambda: formula_source(op.rule.elementwise, params, name))
             # elementwise forwards only use elementwise functions, never other ops
-            self.fn = compile_formula(op.rule.elementwise, params, vocab.NUMPY_FUNCTIONS,
-                                      name=f"forward_{op.rule.schema.name}")
+            self.fn = compile_source(src, vocab.NUMPY_FUNCTIONS, name)
             if op.forward is self:
                 op.forward = self.fn
         return self.fn
