@@ -57,9 +57,13 @@ class Group:
     start: int = 0                                          # graph position where the loop runs
 
 
-def vectorised_by_numpy(node: Node) -> bool:
+def vectorised_by_numpy(node: Node, inline: frozenset = frozenset()) -> bool:
     """True for an elementwise node that numpy computes much faster than a scalar loop can
-    (a SIMD elementary function, see :mod:`codegen.simd`), on an array big enough to split for."""
+    (a SIMD elementary function, see :mod:`codegen.simd`), on an array big enough to split for.
+
+    ``inline``: function names (as in IR sympy expressions) the loops compute with vectorised
+    inline code themselves (``math="vector"``, :mod:`codegen.vecmath`); they need no numpy.
+    """
     if node.expr is None or len(node.outputs) != 1:
         return False
     out = node.outputs[0]
@@ -68,7 +72,7 @@ def vectorised_by_numpy(node: Node) -> bool:
         n *= s
     if n < MIN_ELEMENTS:
         return False
-    fast = simd_functions(out.dtype.name)
+    fast = simd_functions(out.dtype.name) - inline
     return any(type(f).__name__ in fast for f in node.expr.atoms(sympy.Function))
 
 
@@ -97,18 +101,19 @@ def scatter_accumulations(graph: Graph) -> dict[Node, tuple[Node, Value]]:
     return found
 
 
-def _fusable(node: Node, offload: bool) -> bool:
+def _fusable(node: Node, offload: bool, inline: frozenset) -> bool:
     if node.expr is None or len(node.outputs) != 1:
         return False
     # bool-valued comparisons are fine as loop temporaries; SIMD-able functions go to numpy
-    return not (offload and vectorised_by_numpy(node))
+    return not (offload and vectorised_by_numpy(node, inline))
 
 
-def fusion_groups(graph: Graph, offload: bool = True) -> list[Group]:
+def fusion_groups(graph: Graph, offload: bool = True, inline: frozenset = frozenset()) -> list[Group]:
     """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
 
     With ``offload``, nodes that numpy vectorises (:func:`vectorised_by_numpy`) stay outside
-    the loops and run as numpy calls between them.
+    the loops and run as numpy calls between them, unless all their SIMD functions are among
+    ``inline`` (computed by vectorised code inside the loop).
 
     A node joins the group of a same-shape producer only if everything else it reads is ready
     before that group starts: the group then runs at its first node's position, all at once.
@@ -120,7 +125,7 @@ def fusion_groups(graph: Graph, offload: bool = True) -> list[Group]:
     start: dict[int, int] = {}        # id(group) -> position of its first node
     for pos, node in enumerate(graph.nodes):
         chosen = None
-        if node not in scatters and _fusable(node, offload):
+        if node not in scatters and _fusable(node, offload, inline):
             shape = tuple(node.output.shape)
             for v in node.inputs:
                 p = v.producer

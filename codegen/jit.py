@@ -13,7 +13,9 @@ What is trusted, and why (nothing in the cache is taken on faith):
   ``~/.cache/symgrad``.  It is created with mode 0700 and refused (a warning, then kernels
   compile in memory) if another user owns it, others can write to it, or it is read-only.
 * A module's text starts with a stamp of the versions that shape the code (format, Numba,
-  numpy, Python) and its file is named by the hash of that text.  Before a module is used the
+  numpy, Python, and a hash of the helper modules inlined into kernels: Numba's cache of a
+  kernel holds their code but only checks the kernel's file) and its file is named by the
+  hash of that text.  Before a module is used the
   file's bytes are hashed: a truncated, edited or foreign file (or one from other versions) is
   rewritten atomically (temporary file + ``os.replace``).  The text that runs is the verified
   text held in memory (compiled from it, never from a ``.pyc``), so a file changed after the
@@ -30,6 +32,7 @@ Anything unexpected falls back to compiling in memory, with a warning.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -131,14 +134,39 @@ _loaded: dict[str, dict] = {}   # module name (+ ":memory") -> {kernel name: dis
 def version_stamp() -> str:
     """Everything besides the kernel text that changes the compiled code."""
     return (f"format {FORMAT_VERSION}; numba {numba.__version__}; numpy {np.__version__}; "
-            f"python {sys.version.split()[0]} {sys.implementation.cache_tag}")
+            f"python {sys.version.split()[0]} {sys.implementation.cache_tag}; helpers {helpers_digest()}")
 
 
-def module_text(kernels: list[str]) -> str:
-    """The source of a module holding ``kernels`` (decorated, size-generic loop nests; no data, no glue)."""
+# Modules whose functions are inlined into kernels (``inline="always"``): Numba's cache of a
+# kernel holds their code but only checks the kernel's own file, so their text is part of the stamp.
+_HELPER_MODULES = ("scalar_math.py", "vecmath.py")
+
+
+@functools.cache
+def helpers_digest() -> str:
+    """The first 12 hex digits of a hash over the inlined helper modules' source files.
+
+    >>> len(helpers_digest())
+    12
+    """
+    h = hashlib.sha256()
+    for name in _HELPER_MODULES:
+        path = Path(__file__).with_name(name)
+        h.update(name.encode() + b"\0")
+        if path.exists():
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def module_text(kernels: list[str], imports: str = "") -> str:
+    """The source of a module holding ``kernels`` (decorated, size-generic loop nests; no data, no glue).
+
+    ``imports``: import lines beyond :data:`~codegen.scalar_math.IMPORT_LINES` (the vector
+    elementary functions of ``math="vector"`` kernels).
+    """
     lines = [f"# symgrad generated kernels ({version_stamp()})",
              "# do not edit: the file is named by the hash of its text and rewritten when they differ",
-             IMPORT_LINES.rstrip("\n"), ""]
+             IMPORT_LINES.rstrip("\n")] + ([imports.rstrip("\n")] if imports else []) + [""]
     for src in kernels:
         lines += ["", src.replace("@njit(", "@njit(cache=True, ", 1)]
     return "\n".join(lines) + "\n"
@@ -153,9 +181,11 @@ def _kernel_names(kernels: list[str]) -> list[str]:
     return [src.split("def ", 1)[1].split("(", 1)[0].strip() for src in kernels]
 
 
-def _in_memory(kernels: list[str]) -> dict:
+def _in_memory(kernels: list[str], imports: str = "") -> dict:
     glb = dict(SCALAR_NAMESPACE)
     glb.update(prange=numba.prange, njit=numba.njit, PARALLEL_PRANGE_ONLY=PARALLEL_PRANGE_ONLY)
+    if imports:
+        exec(imports, glb)
     out = {}
     for src, name in zip(kernels, _kernel_names(kernels)):
         exec(compile(src, f"<symgrad kernel {name}>", "exec"), glb)
@@ -163,14 +193,15 @@ def _in_memory(kernels: list[str]) -> dict:
     return out
 
 
-def load_kernels(kernels: list[str], cache: bool = True) -> dict:
+def load_kernels(kernels: list[str], cache: bool = True, imports: str = "") -> dict:
     """``{name: dispatcher}`` for these kernel sources, compiled at most once per process.
 
     With ``cache`` the kernels live in a module of the cache directory, so Numba's own cache
     serves later processes; otherwise (or if the directory is unusable) they compile in memory.
+    ``imports``: extra import lines the kernels need (see :func:`module_text`).
     Safe to call from several threads at once.
     """
-    text = module_text(kernels)
+    text = module_text(kernels, imports)
     name = module_name(text)
     key = name + ("" if cache else ":memory")
     found = _loaded.get(key)
@@ -187,7 +218,7 @@ def load_kernels(kernels: list[str], cache: bool = True) -> dict:
                 _warn(f"symgrad: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling in memory")
                 found = None
         if found is None:
-            found = _in_memory(kernels)
+            found = _in_memory(kernels, imports)
         _loaded[key] = found
         return found
 

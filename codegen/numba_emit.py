@@ -13,7 +13,7 @@ Integer constants and exponents stay literal (``x**2`` must stay a multiplicatio
 
 >>> import numpy as np, symgrad
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x).sum(), np.ones(4))
->>> e = emit_numba(g, "forward")
+>>> e = emit_numba(g, "forward", math="libm")
 >>> print(e.kernels[0])                                        # doctest: +NORMALIZE_WHITESPACE
 @njit(error_model='numpy')
 def group_0(x, n0):
@@ -31,6 +31,23 @@ def forward(x):
     # fused loop 0: 2 elementwise nodes over [4], 1 reduction(s)
     sum_, = group_0(x, 4)
     return (sum_,)
+
+Under ``math="vector"`` (the default) the elementary functions of :mod:`codegen.vecmath` are
+called in their inline forms (``vexp_f64``, ...), and a sum the loop carries is added with
+:func:`~codegen.scalar_math.radd`, which LLVM may reassociate, so that the loop vectorises:
+
+>>> g = symgrad.trace(lambda x: (x * x).sum(), np.ones(4))
+>>> print(emit_numba(g, "forward").kernels[0])                 # doctest: +NORMALIZE_WHITESPACE
+@njit(error_model='numpy')
+def group_0(x, n0):
+    wide_vectors()  # vectorise with the widest vectors the CPU has
+    acc_0 = 0.0
+    for i0 in range(n0):
+        x_in = x[i0]
+        # %mul: f64[n0] = mul.Tensor(%x, %x)
+        mul = x_in**2
+        acc_0 = radd(acc_0, mul)
+    return (acc_0,)
 """
 
 from __future__ import annotations
@@ -45,6 +62,9 @@ from symgrad.ir.graph import SHORT_DTYPES, Graph, Value, _arg_text
 
 from .emit import _ident, _Printer, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
+from .printers import FUNCTION_NAMES
+
+MATH_MODES = ("vector", "libm")
 
 # Outer-loop chunks of a parallel kernel.  A fixed count (not the thread count) keeps parallel
 # reductions deterministic: each chunk sums its rows in order, then the chunks are added in order.
@@ -70,6 +90,84 @@ def _scalar_namespace():
     return dict(SCALAR_NAMESPACE)
 
 
+def vector_functions(math: str = "vector") -> tuple[dict, str]:
+    """``({vocabulary name: base name}, import line)`` of the inline vector elementary functions
+    kernels call under ``math`` (:mod:`codegen.vecmath`; empty for ``"libm"``, or when that
+    library is not there: every function then stays a libm call).
+
+    >>> vector_functions("libm")
+    ({}, '')
+    """
+    if math not in MATH_MODES:
+        raise ValueError(f"math must be one of {MATH_MODES}, not {math!r}")
+    if math == "libm":
+        return {}, ""
+    try:
+        from . import vecmath
+    except ImportError:
+        return {}, ""
+    table = dict(getattr(vecmath, "VECTOR_FUNCTIONS", None) or {})
+    line = getattr(vecmath, "IMPORT_LINE", "")
+    if not table or not line:
+        return {}, ""
+    # vsin/vcos are accurate up to a limit; a loop using them checks its arguments (RANGE_CHECKS)
+    if any(f in table for f in _RANGE_CHECKED):
+        checks = [f"{RANGE_CHECK}_{s}" for s in ("f64", "f32")]
+        if all(hasattr(vecmath, c) for c in checks):
+            line = line.rstrip("\n") + f"\nfrom codegen.vecmath import {', '.join(checks)}"
+        else:   # no check to go with them: they stay libm calls
+            table = {k: v for k, v in table.items() if k not in _RANGE_CHECKED}
+    return table, line
+
+
+# Functions whose vector forms are exact only up to an argument size: a loop that calls them
+# or-reduces ``sincos_out_of_range_<dtype>(argument)`` and, when any argument is out of range,
+# the glue runs the loop again from its libm twin (``group_<k>_libm``, compiled only if needed).
+_RANGE_CHECKED = ("sin", "cos")
+RANGE_CHECK = "sincos_out_of_range"
+
+
+_SYMPY_NAMES = {vocab: name for name, vocab in FUNCTION_NAMES.items()}
+
+
+class _KernelPrinter(_Printer):
+    """Prints a loop statement; under ``math="vector"`` the functions of ``vector`` become calls of
+    their inline, dtype-specific versions (``exp(x)`` -> ``vexp_f64(x)``), and so does a power
+    with a constant non-integer exponent (``x**1.5`` -> ``vpow_f64(x, 1.5)``) when ``pow`` is there."""
+
+    def __init__(self, names: dict[str, str], vector: dict) -> None:
+        super().__init__(names)
+        self.vector = vector
+        self.suffix = "f64"   # set per statement: the dtype the node computes in
+        self.checks: list[str] = []   # range checks the statements printed so far need
+
+    def _print(self, expr, **kwargs):
+        if self.vector:
+            if isinstance(expr, sympy.Function):
+                name = FUNCTION_NAMES.get(type(expr).__name__, type(expr).__name__)
+                base = self.vector.get(name)
+                if base:
+                    args = ', '.join(self._print(a) for a in expr.args)
+                    if name in _RANGE_CHECKED:
+                        check = f"{RANGE_CHECK}_{self.suffix}({args})"
+                        if check not in self.checks:
+                            self.checks.append(check)
+                    return f"{base}_{self.suffix}({args})"
+            elif isinstance(expr, sympy.Pow) and "pow" in self.vector:
+                e = expr.exp
+                if e.is_Number and e.is_finite and not e.is_Integer and e not in (sympy.S.Half, -sympy.S.Half):
+                    return f"{self.vector['pow']}_{self.suffix}({self._print(expr.base)}, {float(e)!r})"
+        return super()._print(expr, **kwargs)
+
+
+def _compute_suffix(n) -> str:
+    """``f32`` for a node computing in float32, else ``f64`` (a comparison computes in its inputs' dtype)."""
+    o = n.outputs[0]
+    dtype = o.dtype if o.dtype.is_floating_point else next(
+        (v.dtype for v in n.inputs if v.dtype.is_floating_point), o.dtype)
+    return "f32" if dtype.np == np.float32 else "f64"
+
+
 @dataclass
 class NumbaEmitted:
     """The glue source, one decorated kernel source per group, and how to compile them."""
@@ -78,17 +176,20 @@ class NumbaEmitted:
     source: str
     kernels: list[str]
     namespace: dict = field(default_factory=dict)
+    imports: str = ""          # import lines the kernels need beyond codegen.scalar_math.IMPORT_LINES
+    math: str = "libm"
 
     @property
     def full_source(self) -> str:
-        return "\n\n".join(self.kernels + [self.source])
+        head = f"# math={self.math!r}" + (f"; {self.imports.strip()}" if self.imports else "")
+        return "\n\n".join([head] + self.kernels + [self.source])
 
     def compile(self, cache: bool = True):
         """The glue function, calling kernels compiled by :mod:`codegen.jit` (from its disk cache
         with ``cache``).  The glue is plain Python: it is made by ``exec`` and never cached."""
         from . import jit
 
-        kernels = jit.load_kernels(self.kernels, cache=cache)
+        kernels = jit.load_kernels(self.kernels, cache=cache, imports=self.imports)
         glb = dict(self.namespace)
         glb.update(kernels)
         exec(compile(self.source, f"<symgrad {self.name}>", "exec"), glb)
@@ -98,13 +199,23 @@ class NumbaEmitted:
         return fn
 
 
-def decorator(parallel: bool, fastmath: bool) -> str:
-    """The ``@njit(...)`` line of a generated kernel (the disk cache adds ``cache=True``)."""
+def decorator(parallel: bool, fastmath: bool, vector: bool = False) -> str:
+    """The ``@njit(...)`` line of a generated kernel (the disk cache adds ``cache=True``).
+
+    Under ``math="vector"`` (``vector``), ``fastmath`` allows only FMA contraction
+    (:data:`~codegen.scalar_math.VECTOR_FASTMATH`): fastmath flags reach the inlined elementary
+    functions, whose range reductions and special values need IEEE arithmetic.
+
+    >>> decorator(False, True, vector=True)
+    "@njit(error_model='numpy', fastmath={'contract'})"
+    """
     flags = ["error_model='numpy'"]
     if parallel:
         flags.append("parallel=PARALLEL_PRANGE_ONLY")
     if fastmath:
-        flags.append("fastmath=True")
+        from .scalar_math import VECTOR_FASTMATH
+
+        flags.append(f"fastmath={set(sorted(VECTOR_FASTMATH))!r}" if vector else "fastmath=True")
     return f"@njit({', '.join(flags)})"
 
 
@@ -140,19 +251,24 @@ def _lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
 
 
 def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmath: bool = False,
-               offload: bool = True) -> NumbaEmitted:
+               offload: bool = True, math: str = "vector") -> NumbaEmitted:
     """Fused loop kernels for the elementwise parts of ``graph`` and Python glue for the rest.
 
     ``parallel``: True, False, or ``"auto"`` (per loop: at least :data:`PARALLEL_MIN_ELEMENTS`
     elements and more than one Numba thread).  ``offload``: elementary functions that numpy
     vectorises on this CPU run as numpy calls between the loops (:mod:`codegen.simd`) instead
-    of as scalar libm calls inside them.
+    of as scalar libm calls inside them.  ``math="vector"``: the functions :mod:`codegen.vecmath`
+    provides are inlined into the loops as branch-free code LLVM vectorises (they are then never
+    offloaded), and loop reductions may be reassociated (:func:`~codegen.scalar_math.radd`), so
+    whole loops vectorise; ``"libm"``: scalar libm calls and in-order sums, as before.
     """
+    vector, vector_import = vector_functions(math)
+    vectorise = math == "vector"
     names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
     for n in graph.nodes:
         for o in n.outputs:
             names[o.name] = _ident(o.name)
-    groups = fusion_groups(graph, offload)
+    groups = fusion_groups(graph, offload, frozenset(_SYMPY_NAMES.get(f, f) for f in vector))
     scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
     group_of = {n: g for g in groups for n in g.nodes}
@@ -196,8 +312,11 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             emitted_groups.add(id(grp))
             k = len(kernels)
             in_parallel = _parallel_loop(grp, parallel) if block is None else False
-            source, constants = _kernel_source(grp, k, names, needed, in_parallel)
-            kernels.append(decorator(in_parallel, fastmath) + "\n" + source)
+            source, constants, checked = _kernel_source(grp, k, names, needed, in_parallel, vector, vectorise)
+            kernels.append(decorator(in_parallel, fastmath, vectorise) + "\n" + source)
+            if checked:   # the same loop with libm sin/cos, for arguments beyond the vector range
+                twin, _, _ = _kernel_source(grp, f"{k}_libm", names, needed, in_parallel)
+                kernels.append(decorator(in_parallel, fastmath) + "\n" + twin)
             args = []
             for v in grp.inputs:
                 src = source_of(v)
@@ -213,7 +332,13 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             target = ", ".join(results) + ("," if len(results) == 1 else "")
             glue.append(f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
                         + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else ""))
-            glue.append(f"    {target} = group_{k}({', '.join(args)})")
+            if checked:
+                flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
+                glue.append(f"    {flagged} = group_{k}({', '.join(args)})")
+                glue.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
+                glue.append(f"        {target} = group_{k}_libm({', '.join(args)})")
+            else:
+                glue.append(f"    {target} = group_{k}({', '.join(args)})")
             for r in grp.reductions:
                 out = names[r.output.name]
                 if block is not None:  # a partial sum of this block
@@ -256,7 +381,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
         glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    return NumbaEmitted(name, "\n".join(glue), kernels, ns)
+    imports = ""
+    if vectorise:
+        from .scalar_math import VECTOR_IMPORT_LINES
+
+        imports = VECTOR_IMPORT_LINES + (vector_import.rstrip("\n") + "\n" if vector_import else "")
+    return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
 
 
 # Blocked execution: a 1-D graph of loops, SIMD ufuncs and full reductions runs block by block,
@@ -314,6 +444,7 @@ def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, sca
         if grp.shape != shape or any(reduction_dims(r, 1)[0] != (0,) or tuple(r.output.shape) != ()
                                      for r in grp.reductions):
             return None
+    steps = 0   # numpy ufuncs between the loops
     for n in graph.nodes:
         if n in group_of or n in fused_reduction or not any(o in needed for o in n.outputs):
             continue
@@ -321,6 +452,9 @@ def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, sca
             continue
         if _plain_ufunc(n) is None or tuple(n.outputs[0].shape) != shape:
             return None
+        steps += 1
+    if steps + len(groups) < 2:
+        return None   # one loop and nothing else: no intermediate array to keep in cache
     outputs = set()
     for v in graph.outputs:
         if v is None or v.producer is None:
@@ -465,8 +599,16 @@ def _kernel_name(name: str) -> str:
     return name.rstrip("_") + "_arr" if name.endswith("_") else name
 
 
-def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool) -> tuple[str, list]:
-    """One loop-nest kernel; returns its source and the constants it takes as ``k0, k1, ...``."""
+def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel: bool, vector: dict | None = None,
+                   vectorise: bool = False) -> tuple[str, list, bool]:
+    """One loop-nest kernel: its source, the constants it takes as ``k0, k1, ...``, and whether it
+    also returns ``out_of_range`` (an argument of a vector sin/cos beyond its accurate range).
+
+    With ``vectorise`` the kernel asks for wide vectors (:func:`~codegen.scalar_math.wide_vectors`)
+    and every sum carried by the innermost loop (a full reduction, or one over the last dim) adds
+    with :func:`~codegen.scalar_math.radd`, which LLVM may reassociate: an in-order sum is a
+    dependence from one iteration to the next that keeps the whole loop scalar.
+    """
     rank = len(grp.shape)
     shape = grp.shape
     params: list[str] = []
@@ -490,14 +632,27 @@ def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool)
     sizes = [f"n{d}" for d in range(rank)]
     constants: list = []
     bodies = [_lift_constants(n.expr, constants) for n in grp.nodes]
-    printer = _Printer(local)
+    printer = _KernelPrinter(local, vector or {})
     written = [v for v in grp.outputs if v in needed]
     outs = [f"out_{_kernel_name(names[v.name])}" for v in written]
     lines = [f"def group_{k}({', '.join(params + outs + sizes + [c for c, _ in constants])}):"]
     dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
+    vectorise = vectorise and rank > 0
+    # reductions over the last dim (not all dims) sum each inner loop into a scalar `inner_j`,
+    # added to the accumulator after that loop
+    inner = {j for j, dims in enumerate(dims_of) if vectorise and len(dims) < rank and rank - 1 in dims}
     # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
     # a per-chunk row (no two threads write the same element), added up after the loop.
     chunked = parallel and rank > 0
+    checked = bool(vector) and any(FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in _RANGE_CHECKED
+                                   and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
+                                   for n in grp.nodes for f in n.expr.atoms(sympy.Function))
+    flag = "range_c" if chunked else "out_of_range"
+    if vectorise and not chunked:
+        lines.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
+    if checked:
+        lines.append(f"    out_of_range = {'np.zeros(' + str(PARALLEL_CHUNKS) + ', np.bool_)' if chunked else 'False'}"
+                     "  # any sin/cos argument beyond the vector functions' range?")
     for j, dims in enumerate(dims_of):
         if len(dims) == rank:  # a full reduction: a scalar accumulator
             if chunked:
@@ -510,20 +665,32 @@ def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool)
             kept = [str(PARALLEL_CHUNKS)] + kept
         lines.append(f"    acc_{j} = np.zeros(({', '.join(kept)},))")
     indent = "    "
+
+    def accumulate(target: str, value: str) -> str:
+        return f"{target} = radd({target}, {value})" if vectorise else f"{target} += {value}"
+
     if chunked:
         lines.append(f"    for c in prange({PARALLEL_CHUNKS}):")
-        lines.append(f"        lo = c * n0 // {PARALLEL_CHUNKS}")
-        lines.append(f"        hi = (c + 1) * n0 // {PARALLEL_CHUNKS}")
         indent = "        "
+        if vectorise:  # the loop body is outlined into its own function: the hint goes there
+            lines.append(f"{indent}wide_vectors()")
+        lines.append(f"{indent}lo = c * n0 // {PARALLEL_CHUNKS}")
+        lines.append(f"{indent}hi = (c + 1) * n0 // {PARALLEL_CHUNKS}")
         for j, dims in enumerate(dims_of):
             if len(dims) == rank:
                 lines.append(f"{indent}chunk_{j} = 0.0")
+        if checked:
+            lines.append(f"{indent}range_c = False")
         lines.append(f"{indent}for i0 in range(lo, hi):")
         indent += "    "
         start = 1
     else:
         start = 0
+    inner_indent = indent   # where the innermost loop starts (only used when rank > 1)
     for d in range(start, rank):
+        if d == rank - 1:
+            lines += [f"{indent}inner_{j} = 0.0" for j in sorted(inner)]
+            inner_indent = indent
         lines.append(f"{indent}for i{d} in range(n{d}):")
         indent += "    "
     for local_name, read in reads:
@@ -533,28 +700,40 @@ def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool)
         reduced.setdefault(r.args[0].name, []).append(j)
     out_names = {v.name for v in written}
     idx = ", ".join(f"i{d}" for d in range(rank))
+    after_inner = []
     for n, body in zip(grp.nodes, bodies):
         o = n.output
+        printer.suffix = _compute_suffix(n)
+        seen = len(printer.checks)
         code = printer.doprint(body)
         args = ", ".join(_generic_arg(a, constants, code) for a in n.args)
         short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
         lines.append(f"{indent}# %{o.name}: {short}[{', '.join(sizes)}] = {n.op}({args})")
         lines.append(f"{indent}{local[o.name]} = {code}")
+        for check in printer.checks[seen:]:
+            lines.append(f"{indent}{flag} = {flag} | {check}")
         if o.name in out_names:
             lines.append(f"{indent}out_{_kernel_name(names[o.name])}[{idx if idx else '()'}] = {local[o.name]}")
         for j in reduced.get(o.name, []):
             dims = dims_of[j]
             if len(dims) == rank:
-                lines.append(f"{indent}{'chunk' if chunked else 'acc'}_{j} += {local[o.name]}")
+                lines.append(f"{indent}{accumulate(('chunk' if chunked else 'acc') + f'_{j}', local[o.name])}")
                 continue
             at = ["0" if d in dims else f"i{d}" for d in range(rank)]
             if chunked and 0 in dims:
                 at = ["c"] + at
+            if j in inner:
+                lines.append(f"{indent}{accumulate(f'inner_{j}', local[o.name])}")
+                after_inner.append(f"{inner_indent}acc_{j}[{', '.join(at)}] += inner_{j}")
+                continue
             lines.append(f"{indent}acc_{j}[{', '.join(at)}] += {local[o.name]}")
+    lines += after_inner
     if chunked:
         for j, dims in enumerate(dims_of):
             if len(dims) == rank:
                 lines.append(f"        part_{j}[c] = chunk_{j}")
+        if checked:
+            lines.append("        out_of_range[c] = range_c")
         for j, dims in enumerate(dims_of):
             if len(dims) == rank:
                 lines.append(f"    total_{j} = part_{j}.sum()")
@@ -563,5 +742,7 @@ def _kernel_source(grp: Group, k: int, names: dict, needed: set, parallel: bool)
     totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
               for j, dims in enumerate(dims_of)]
     results = [f"out_{_kernel_name(names[v.name])}" for v in written] + totals
+    if checked:
+        results.append("out_of_range.any()" if chunked else "out_of_range")
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
-    return "\n".join(lines), constants
+    return "\n".join(lines), constants, checked

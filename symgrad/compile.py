@@ -69,7 +69,7 @@ def _emit(graph: Graph, name: str, options: dict):
         from codegen.numba_emit import emit_numba
 
         e = emit_numba(graph, name, parallel=options["parallel"], fastmath=bool(options["fastmath"]),
-                       offload=options["numpy_simd"])
+                       offload=options["numpy_simd"], math=options["math"])
         return e.compile(cache=options["cache"]), e.full_source
     e = emit_numpy(graph, name)
     return e.compile(), e.source
@@ -95,6 +95,7 @@ class Kernels:
     joint_source: str = ""
     unit_tangent: np.ndarray | None = None   # the seed ``1`` of a scalar output, made once
     grad_outputs: frozenset = frozenset()     # outputs that depend on an input requiring grad (get grad_fn)
+    options: dict = field(default_factory=dict)  # the compile options these were built with
 
     @property
     def strategy(self) -> str:
@@ -168,7 +169,8 @@ class CompiledFunction:
     """A function compiled by :func:`compile`; call it like the original."""
 
     def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-                 backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True) -> None:
+                 backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True,
+                 math: str = "vector") -> None:
         backend = backend or DEFAULT_BACKEND
         if backend not in ("numpy", "numba"):
             raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numba', 'numpy')")
@@ -176,8 +178,10 @@ class CompiledFunction:
         self.fn = fn
         if scalar_loss not in ("joint", "split"):
             raise ValueError(f"symgrad.compile: scalar_loss must be 'joint' or 'split', not {scalar_loss!r}")
+        if math not in ("vector", "libm"):
+            raise ValueError(f"symgrad.compile: math must be 'vector' or 'libm', not {math!r}")
         self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-                        "scalar_loss": scalar_loss, "numpy_simd": numpy_simd}
+                        "scalar_loss": scalar_loss, "numpy_simd": numpy_simd, "math": math}
         self._kernels: dict = {}
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0}
@@ -236,6 +240,7 @@ class CompiledFunction:
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         kernels.timings = timings
+        kernels.options = dict(self.options)
         logs.report_build(self, kernels)
         self._stats["traces"] += 1
         for k, v in timings.items():
@@ -244,7 +249,9 @@ class CompiledFunction:
 
     def kernels_for(self, *args, wrt: Sequence[int] | None = None, joint_kernel: bool = False) -> Kernels:
         """The kernels for these arguments (building them on a guard miss)."""
-        key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel)
+        # the options that change the generated code are part of the key (options may be edited)
+        key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel, self.options["math"],
+               self.options["fastmath"], self.options["numpy_simd"])
         k = self._kernels.get(key)
         if k is None:
             k = self._kernels[key] = self._build(args, wrt, joint_kernel)
@@ -317,12 +324,16 @@ class CompiledFunction:
         return out
 
     def inspect(self, *args) -> Kernels:
-        """The IR, joint graph, partition and generated source for these arguments."""
+        """The IR, joint graph, partition and generated source for these arguments.
+
+        ``.options`` of the result are the compile options it was built with (``math`` among them);
+        the Numba sources start with a ``# math=...`` line naming the vector functions they import.
+        """
         return self.kernels_for(*args)
 
 
 def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-            backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True):
+            backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True, math: str = "vector"):
     """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
 
     * ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the
@@ -330,7 +341,9 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
     * ``parallel``: ``"auto"`` runs loops of at least 2**22 elements over Numba's threads (when it has
       more than one); ``True``/``False`` force it.  Parallel reductions are chunked in a fixed order,
       so results do not depend on the thread count.
-    * ``fastmath=True`` lets LLVM reassociate floating-point arithmetic (off by default).
+    * ``fastmath=True`` lets LLVM reassociate floating-point arithmetic (off by default); under
+      ``math="vector"`` it only allows FMA contraction, since the inlined elementary functions need IEEE
+      arithmetic (their loops vectorise without it).
     * ``cache=True`` keeps compiled kernels in the per-user disk cache (see :mod:`codegen.jit`).
     * ``scalar_loss``: when the function returns one floating scalar and an input requires grad,
       ``"joint"`` (default) computes value and gradients in one fused pass at the call and the
@@ -340,30 +353,42 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
     * ``numpy_simd=True``: on loops of 512 elements or more, elementary functions that numpy
       evaluates with SIMD on this CPU (exp, log, tanh, ...: see :mod:`codegen.simd`) run as numpy
       calls between fused loops, since inside a Numba loop each is a scalar libm call.
+    * ``math="vector"`` (default): elementary functions that :mod:`codegen.vecmath` provides (exp, log1p,
+      tanh, ...: ``codegen.numba_emit.vector_functions()``) are inlined into the fused loops as branch-free
+      code that LLVM vectorises (AVX-512/AVX2), so they are not offloaded to numpy, and the loops' sums
+      are reassociated so whole loops vectorise (the order of a sum's terms is fixed per machine).
+      ``math="libm"``: scalar libm calls and in-order sums (the behaviour before vector math).
 
     >>> @symgrad.compile(parallel=False)
     ... def f(x):
     ...     return (x * x).sum()
-    >>> f.options["parallel"], f.options["scalar_loss"]
-    (False, 'joint')
+    >>> f.options["parallel"], f.options["scalar_loss"], f.options["math"]
+    (False, 'joint', 'vector')
     """
     options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-               "scalar_loss": scalar_loss, "numpy_simd": numpy_simd}
+               "scalar_loss": scalar_loss, "numpy_simd": numpy_simd, "math": math}
     if fn is None:
         return lambda f: CompiledFunction(f, **options)
     return CompiledFunction(fn, **options)
 
 
-def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):
     """``f(*arrays) -> (value, grad)`` with numpy arrays in and out (for scipy.optimize, ``jac=True``).
 
-    ``fn`` must return a scalar.  With a tuple ``argnums`` the gradient is a tuple.
+    ``fn`` must return a scalar.  With a tuple ``argnums`` the gradient is a tuple.  ``math``:
+    ``"vector"`` or ``"libm"`` as in :func:`compile` (default: ``fn``'s own option if it is a compiled
+    function, else ``"vector"``).
 
     >>> vg = symgrad.value_and_grad(lambda x: (x ** 2).sum())
     >>> vg(np.array([1.0, 2.0]))
     (5.0, array([2., 4.]))
+    >>> symgrad.value_and_grad(lambda x: symgrad.exp(x).sum(), math="libm").compiled.options["math"]
+    'libm'
     """
-    compiled = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn)
+    if isinstance(fn, CompiledFunction):
+        compiled = fn if math in (None, fn.options["math"]) else CompiledFunction(fn.fn, **{**fn.options, "math": math})
+    else:
+        compiled = CompiledFunction(fn, math=math or "vector")
     many = not isinstance(argnums, int)
     nums = list(argnums) if many else [argnums]
 
@@ -420,9 +445,13 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0):
     return run
 
 
-def grad(fn: Callable, argnums: int | Sequence[int] = 0):
-    """``f(*arrays) -> grad``: the gradient part of :func:`value_and_grad`."""
-    vg = value_and_grad(fn, argnums)
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):
+    """``f(*arrays) -> grad``: the gradient part of :func:`value_and_grad` (``math`` as there).
+
+    >>> symgrad.grad(lambda x: (x ** 2).sum(), math="libm")(np.array([1.0, 2.0]))
+    array([2., 4.])
+    """
+    vg = value_and_grad(fn, argnums, math=math)
 
     def run(*args):
         return vg(*args)[1]

@@ -352,7 +352,10 @@ def test_fastmath_is_opt_in():
     plain = symgrad.compile(w1)
     fast = symgrad.compile(w1, fastmath=True)
     assert "fastmath" not in plain.inspect(symgrad.tensor(x, requires_grad=True)).forward_source
-    assert "fastmath=True" in fast.inspect(symgrad.tensor(x, requires_grad=True)).forward_source
+    # under math="vector" (default) fastmath is limited to FMA contraction (the inlined functions need IEEE)
+    assert "fastmath={'contract'}" in fast.inspect(symgrad.tensor(x, requires_grad=True)).forward_source
+    libm = symgrad.compile(w1, fastmath=True, math="libm")
+    assert "fastmath=True" in libm.inspect(symgrad.tensor(x, requires_grad=True)).forward_source
     a, b = symgrad.tensor(x, requires_grad=True), symgrad.tensor(x, requires_grad=True)
     plain(a).backward()
     fast(b).backward()
@@ -367,14 +370,19 @@ def test_simd_functions_run_in_numpy_between_fused_loops(dtype):
 
     if "tanh" not in simd_functions(np.dtype(dtype).name):
         pytest.skip("numpy has no SIMD tanh on this CPU")
+    from codegen.numba_emit import vector_functions
+
+    inline = vector_functions("vector")[0]
     x = np.linspace(-2, 3, MIN_ELEMENTS + 88).astype(dtype)
-    for simd in (True, False):
-        f = symgrad.compile(w1, numpy_simd=simd)
+    for simd, math in ((True, "libm"), (False, "libm"), (True, "vector")):
+        f = symgrad.compile(w1, numpy_simd=simd, math=math)
         t = symgrad.tensor(x, requires_grad=True)
         k = f.inspect(t)
         glue = k.joint_source.rsplit("\ndef joint", 1)[1]
         in_numpy = [f for f in ("tanh", "log1p") if f"np.{f}(" in glue or f"op_{f}(" in glue]
-        assert in_numpy == (["tanh", "log1p"] if simd else [])
+        # under math="vector" the functions codegen.vecmath provides are computed inside the loops
+        offloaded = [f for f in ("tanh", "log1p") if math == "libm" or f not in inline]
+        assert in_numpy == (offloaded if simd else [])
         f(t).backward()
         ref = symgrad.tensor(x, requires_grad=True)
         w1(ref).backward()
@@ -455,8 +463,27 @@ def test_long_1d_graphs_run_in_cache_sized_blocks(dtype):
         _check_blocked(loss, x, dtype)
 
 
+def test_a_single_vectorised_loop_is_not_blocked():
+    """Under math="vector" W1 is one loop with no intermediate arrays: blocks would only add calls."""
+    from codegen.numba_emit import BLOCK_ELEMENTS
+
+    x = np.linspace(-2, 3, 2 * BLOCK_ELEMENTS + 77)
+    vg = symgrad.value_and_grad(w1)
+    source = vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True).joint_source
+    if "np.tanh(" in source or "np.log1p(" in source:
+        pytest.skip("codegen.vecmath does not provide tanh and log1p yet")
+    assert "run in blocks" not in source and "group_1" not in source     # one loop (and its libm twin)
+    value, grad = vg(x)
+    ref = symgrad.tensor(x, requires_grad=True)
+    out = w1(ref)
+    out.backward()
+    np.testing.assert_allclose(value, out.item(), rtol=1e-12)
+    np.testing.assert_allclose(grad, ref.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
 def _check_blocked(loss, x, dtype):
-    vg = symgrad.value_and_grad(loss)
+    # math="libm": numpy computes tanh and log1p between the loops, through block-sized buffers
+    vg = symgrad.value_and_grad(loss, math="libm")
     value, grad = vg(x)
     assert "run in blocks" in vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True).joint_source
     ref = symgrad.tensor(x, requires_grad=True)
@@ -466,7 +493,7 @@ def _check_blocked(loss, x, dtype):
     np.testing.assert_allclose(value, out.item(), rtol=rtol)
     np.testing.assert_allclose(grad, ref.grad.numpy(), rtol=rtol, atol=rtol)
     assert grad.dtype == dtype and grad.shape == x.shape
-    f = symgrad.compile(loss)                      # the tensor API runs the same blocked joint kernel
+    f = symgrad.compile(loss, math="libm")         # the tensor API runs the same blocked joint kernel
     t = symgrad.tensor(x, requires_grad=True)
     f(t).backward()
     np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=rtol, atol=rtol)
