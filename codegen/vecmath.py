@@ -698,6 +698,137 @@ def verf_f32(x):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# pow with a constant exponent.  x**c = exp(c log|x|) needs log|x| to about 2^-66 relative (|c log x| reaches 745,
+# and an absolute error of 2^-54 there is already 0.1 ulp of the result), so log|x| is computed as a double-double:
+# |x| = 2^e m with m in [sqrt(1/2), sqrt(2)), m*invc = 1 + r with invc from a 128-entry table indexed by the top
+# mantissa bits (|r| < 0.0039; three gathers), log|x| = e ln2 + log(1/invc) + log1p(r), summed with TwoSum.
+# Then y = c log|x| as y_hi + y_lo, and exp(y_hi + y_lo) with y_lo added to the reduced argument.  The exponents
+# numpy special-cases (0, 1, -1, 2, 0.5 -> sqrt) are selects that LLVM folds away when c is a constant.
+
+
+def _pow_log_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """invc, log(1/invc) as hi + lo, for the 128 subintervals of [sqrt(1/2), sqrt(2)) in bit-pattern order."""
+    import mpmath as mp
+
+    bits = _SQRT_HALF_BITS + (np.arange(129, dtype=np.int64) << 45)
+    edges = bits.view(np.float64)
+    invc = np.empty(128)
+    hi = np.empty(128)
+    lo = np.empty(128)
+    with mp.workdps(40):
+        for i in range(128):
+            a, b = float(edges[i]), float(edges[i + 1])
+            # 1/midpoint to float32 precision is plenty (r is not required to be exact); exactly 1 around m = 1,
+            # so that x near 1 has log1p(r) only.
+            c = 1.0 if a <= 1.0 < b else float(np.float32(2.0 / (a + b)))
+            v = -mp.log(mp.mpf(c))
+            invc[i] = c
+            hi[i] = float(v)
+            lo[i] = float(v - mp.mpf(hi[i]))
+    return invc, hi, lo
+
+
+_POW_INVC, _POW_LOGC_HI, _POW_LOGC_LO = _pow_log_table()
+_LN2_HI42 = 0.6931471805598903  # ln2 with 42 significant bits: e * _LN2_HI42 is exact for |e| < 2^11
+_LN2_LO42 = 5.497923018708371e-14
+
+
+@_jit
+def _log_dd(ax):
+    """log(ax) as (hi, lo) with |error| < 2^-66 |log(ax)|, for a finite ax > 0."""
+    sub = ax < _SMALLEST_NORMAL
+    u = ax * _TWO54 if sub else ax
+    bits = _as_int(u)
+    t = bits - _SQRT_HALF_BITS
+    e = t >> 52
+    i = (t >> 45) & 127
+    m = _as_float(bits - (e << 52))
+    e = e - 54 if sub else e
+    ef = _int_to_float(e)
+    invc = _POW_INVC[i]
+    p = m * invc
+    p_lo = _fma(m, invc, -p)  # m*invc = p + p_lo exactly
+    r = p - 1.0  # exact (p in [0.99, 1.01])
+    # log1p(r + p_lo) = r - r^2/2 + r^3 (1/3 - r/4 + ...) + p_lo (1 - r) + O(p_lo^2)
+    P = _fma(r, 1.0 / 9.0, -1.0 / 8.0)
+    P = _fma(r, P, 1.0 / 7.0)
+    P = _fma(r, P, -1.0 / 6.0)
+    P = _fma(r, P, 1.0 / 5.0)
+    P = _fma(r, P, -0.25)
+    P = _fma(r, P, 1.0 / 3.0)
+    rr = r * r
+    h_hi = -0.5 * rr
+    h_lo = -0.5 * _fma(r, r, -rr)
+    s1, e1 = _two_sum(ef * _LN2_HI42, _POW_LOGC_HI[i])
+    s2, e2 = _two_sum(s1, r)
+    s3, e3 = _two_sum(s2, h_hi)
+    tail = (e1 + e2 + e3) + (h_lo + _fma(ef, _LN2_LO42, _POW_LOGC_LO[i])) + (rr * r * P + p_lo * (1.0 - r))
+    return s3, tail
+
+
+@_jit
+def _exp_dd(y_hi, y_lo):
+    """exp(y_hi + y_lo) for |y_lo| <= 2^-40 |y_hi| (nan/inf y_hi give nan/inf/0 as exp)."""
+    xc = y_hi if y_hi > -750.0 else -750.0
+    xc = xc if xc < 720.0 else 720.0
+    lo = y_lo if xc == y_hi else 0.0  # a clamped y_hi is far out of range; its y_lo may be huge
+    k = _rint(xc * _LOG2E)
+    r = _fma(-k, _LN2_HI, xc)  # exact, as in _exp_reduce
+    r = r + _fma(-k, _LN2_LO, lo)
+    p = 1.0 + (r + _expm1_poly(r))
+    ki = _float_to_int(k)
+    k1 = ki >> 1
+    y = (p * _pow2(k1)) * _pow2(ki - k1)
+    return y_hi if y_hi != y_hi else y
+
+
+@_jit
+def _is_odd_integer(c):
+    # Doubles of magnitude >= 2^53 are all even.
+    return (_rint(c) == c) & (_rint(0.5 * c) != 0.5 * c)
+
+
+@_jit
+def _pow64(x, c):
+    ax = abs(x)
+    c_int = _rint(c) == c
+    neg = _as_int(x) < 0  # sign bit, so that -0.0 counts as negative
+    odd = _is_odd_integer(c)
+    axs = ax if (ax > 0.0) & (ax < math.inf) else 1.0
+    l_hi, l_lo = _log_dd(axs)
+    y_hi = c * l_hi
+    y_lo = _fma(c, l_hi, -y_hi) + c * l_lo
+    v = _exp_dd(y_hi, y_lo)
+    # |x| = 0 or inf, and c = +-inf: the limits.
+    v = (math.inf if c < 0.0 else 0.0) if ax == 0.0 else v
+    v = (0.0 if c < 0.0 else math.inf) if ax == math.inf else v
+    inf_c = abs(c) == math.inf
+    v = ((math.inf if (ax < 1.0) == (c < 0.0) else 0.0) if ax != 1.0 else 1.0) if inf_c else v
+    v = -v if neg & odd else v
+    v = math.nan if (x < 0.0) & (x > -math.inf) & (~c_int) & (~inf_c) else v
+    v = math.nan if (x != x) | (c != c) else v
+    # numpy's exact special exponents (and C99's pow(1, c) = pow(x, 0) = 1, even for nan).
+    v = x * x if c == 2.0 else v
+    v = math.sqrt(x) if c == 0.5 else v
+    v = 1.0 / x if c == -1.0 else v
+    v = x if c == 1.0 else v
+    v = 1.0 if (c == 0.0) | (x == 1.0) else v
+    return v
+
+
+@_jit
+def vpow_f64(x, c):
+    """x ** c for float64 x and a (constant) float exponent c, with numpy's special values."""
+    return _pow64(x, np.float64(c))
+
+
+@_jit
+def vpow_f32(x, c):
+    """x ** c for float32 x, computed in float64 and rounded once."""
+    return np.float32(_pow64(np.float64(x), np.float64(c)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # What the emitter may use: vocabulary name -> base name (append "_f64"/"_f32").  A function is listed only once
 # it is implemented and meets the accuracy target (2 ulp vs mpmath in both dtypes).
 

@@ -387,6 +387,98 @@ def test_checked_sincos_loop_still_vectorises(name, dt):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# pow with a constant exponent.
+
+POW_EXPONENTS = [2.5, -1.7, 0.3, 3.0, 13.0, 100.5, -300.25, 1e-3, -7.0]
+POW_SPECIAL_X = [-0.0, -math.inf, -4.0, 0.0, math.inf, math.nan, 2.0, -1.0, 1.0, 1e-310, -1e-310, -3.0, 0.5, -0.5,
+                 1e300, -1e-300, 1.0000001, 0.9999999]
+POW_SPECIAL_C = [0.5, 2.0, -1.0, 1.0, 3.0, -0.5, 0.0, -0.0, math.inf, -math.inf, math.nan, -2.0, 1.5, -3.0, 1e300,
+                 -1e300, 7.0, 2.5, 9007199254740993.0, -9007199254740991.0, 1e-320, 1023.5, -1075.0, 16777217.0,
+                 -16777215.0]
+_POW_LOOPS: dict = {}
+
+
+def _pow_loop(dt: str):
+    if dt not in _POW_LOOPS:
+        f = _fn("pow", dt)
+
+        @numba.njit(error_model="numpy")
+        def loop(x, c, out):
+            for i in range(x.shape[0]):
+                out[i] = f(x[i], c)
+
+        _POW_LOOPS[dt] = loop
+    return _POW_LOOPS[dt]
+
+
+def apply_pow(dt: str, x, c) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=DTYPES[dt])
+    out = np.empty_like(x)
+    _pow_loop(dt)(x, DTYPES[dt](c), out)
+    return out
+
+
+def _pow_points(dt: str, c: float, n: int, seed: int) -> np.ndarray:
+    """|x| log-uniform over the range where |x|**c is a normal number; negative x too for integer c."""
+    info = np.finfo(DTYPES[dt])
+    lim = min(math.log(float(info.max)), -math.log(float(info.smallest_normal))) / abs(c)
+    lim = min(lim, math.log(float(info.max)) * 0.999)
+    rng = np.random.default_rng(seed)
+    x = np.exp(rng.uniform(-lim, lim, n))
+    if c == int(c):
+        x *= rng.choice([-1.0, 1.0], n)
+    return x.astype(DTYPES[dt])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_pow_max_ulp_vs_mpmath(dt):
+    _fn("pow", dt)
+    worst = (0.0, None)
+    for j, c in enumerate(POW_EXPONENTS):
+        c = float(DTYPES[dt](c))
+        x = _pow_points(dt, c, 300, seed=j)
+        hi = np.empty(x.size)
+        lo = np.empty(x.size)
+        with mp.workdps(40):
+            for i, v in enumerate(x.tolist()):
+                r = mp.power(mp.mpf(v), mp.mpf(c))
+                hi[i] = float(r)
+                lo[i] = float(r - mp.mpf(hi[i]))
+        err = ulp_error(apply_pow(dt, x, c), hi, lo)
+        i = int(np.argmax(err))
+        if err[i] > worst[0]:
+            worst = (float(err[i]), (x[i], c))
+    assert worst[0] <= MAX_ULP, worst
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_pow_special_values(dt):
+    """numpy's np.power(x, c) exactly for zeros, infinities, nan, negative bases, and its sqrt/square shortcuts."""
+    _fn("pow", dt)
+    dtype = DTYPES[dt]
+    with np.errstate(all="ignore"):
+        x = np.array(POW_SPECIAL_X, dtype=F64).astype(dtype)
+        for c in POW_SPECIAL_C:
+            c = dtype(c)
+            ours = apply_pow(dt, x, c)
+            ref = np.power(x, c)
+            exact = ((ours == ref) & (np.signbit(ours) == np.signbit(ref))) | (np.isnan(ours) & np.isnan(ref))
+            fin = np.isfinite(ref) & (ref != 0) & np.isfinite(ours)
+            near = fin & (np.abs(ours.astype(F64) - ref) <= np.spacing(np.abs(ref)).astype(F64))
+            assert (exact | near).all(), (c, x[~(exact | near)], ours[~(exact | near)], ref[~(exact | near)])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_pow_loop_vectorises(dt):
+    if not _host_has_avx2():
+        pytest.skip("CPU lacks AVX2: no packed FMA to look for")
+    loop = _pow_loop(dt)
+    apply_pow(dt, np.linspace(0.5, 2, 64), 2.5)
+    body = _vector_body(loop.inspect_asm(loop.signatures[0]))
+    assert body and "call" not in body
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Vectorisation: the inlined loop's hot path uses packed FMA on ymm/zmm registers.
 
 
