@@ -746,7 +746,10 @@ def _log_dd(ax):
     e = e - 54 if sub else e
     ef = _int_to_float(e)
     invc = _POW_INVC[i]
-    p = m * invc
+    # p = fl(m * invc) as an FMA with +0: under fastmath "contract" a plain product would be fused into p - 1
+    # below, and r + p_lo would count the rounding twice.  (fma(a, b, +0) cannot fold back to a product: sign of
+    # zero.)
+    p = _fma(m, invc, 0.0)
     p_lo = _fma(m, invc, -p)  # m*invc = p + p_lo exactly
     r = p - 1.0  # exact (p in [0.99, 1.01])
     # log1p(r + p_lo) = r - r^2/2 + r^3 (1/3 - r/4 + ...) + p_lo (1 - r) + O(p_lo^2)
@@ -823,9 +826,36 @@ def vpow_f64(x, c):
 
 
 @_jit
+def _pow32(x, c):
+    """x ** c for float32 arguments widened to float64: |c log|x|| < 104 (or the result is 0/inf in float32), so
+    double log and exp (relative error 2^-52) put the exponent within 2^-45 -- no double-double needed."""
+    ax = abs(x)
+    c_int = _rint(c) == c
+    neg = _as_int(x) < 0
+    odd = _is_odd_integer(c)
+    axs = ax if (ax > 0.0) & (ax < math.inf) else 1.0
+    y = c * _log64(axs)
+    y = y if y < 200.0 else 200.0  # nothing above float32 range needs the exact value; keeps inf*0 out
+    v = _exp64(y)
+    v = (math.inf if c < 0.0 else 0.0) if ax == 0.0 else v
+    v = (0.0 if c < 0.0 else math.inf) if ax == math.inf else v
+    inf_c = abs(c) == math.inf
+    v = ((math.inf if (ax < 1.0) == (c < 0.0) else 0.0) if ax != 1.0 else 1.0) if inf_c else v
+    v = -v if neg & odd else v
+    v = math.nan if (x < 0.0) & (x > -math.inf) & (~c_int) & (~inf_c) else v
+    v = math.nan if (x != x) | (c != c) else v
+    v = x * x if c == 2.0 else v
+    v = math.sqrt(x) if c == 0.5 else v
+    v = 1.0 / x if c == -1.0 else v
+    v = x if c == 1.0 else v
+    v = 1.0 if (c == 0.0) | (x == 1.0) else v
+    return v
+
+
+@_jit
 def vpow_f32(x, c):
-    """x ** c for float32 x, computed in float64 and rounded once."""
-    return np.float32(_pow64(np.float64(x), np.float64(c)))
+    """x ** c for float32 x (c is rounded to float32 as numpy does), computed in float64 and rounded once."""
+    return np.float32(_pow32(np.float64(x), np.float64(np.float32(c))))
 
 
 # ---------------------------------------------------------------------------------------------------------------
