@@ -28,7 +28,7 @@ def heaviside(x, h0):
 
 @_jit
 def sign(x):
-    return (x > 0) - (x < 0)
+    return (x > 0) - (x < 0) if x == x else x   # nan stays nan, as numpy.sign
 
 
 @_jit
@@ -71,12 +71,12 @@ def logical_not(a):
 
 @_jit
 def maximum(a, b):
-    return a if a >= b else b
+    return a if (a >= b or a != a) else b   # a nan on either side is the result, as numpy.maximum
 
 
 @_jit
 def minimum(a, b):
-    return a if a <= b else b
+    return a if (a <= b or a != a) else b
 
 
 # --- helpers of vectorised kernels (``math="vector"``) ------------------------------------------

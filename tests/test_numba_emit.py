@@ -1,0 +1,346 @@
+"""codegen/numba_emit.py under ``math="vector"`` and ``math="libm"``.
+
+Vector math inlines codegen.vecmath's functions into the fused loops and lets LLVM reassociate the
+loops' sums; libm keeps scalar libm calls (offloading SIMD functions to numpy) and in-order sums.
+Both must agree with eager evaluation within the differential tests' tolerances (float64 1e-9,
+float32 1e-4 relative), for the benchmark workloads and for every elementwise op with an elementary
+function, special values included.  Compiling costs 0.3-3 s per kernel, so each compiled function is
+built once per module (fixtures) and checks many ops at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import symgrad
+from codegen import jit
+from codegen.numba_emit import emit_numba, vector_functions
+
+RTOL = {np.float64: 1e-9, np.float32: 1e-4}
+MODES = ("vector", "libm")
+
+
+def assert_close(got, want, rtol, where=""):
+    """Relative comparison with an absolute floor of ``rtol * 1e-3 * max|want|`` (cancellation near 0);
+    nan, inf and -inf must be in the same places."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, where
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{where}: nan positions")
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg=f"{where}: infinities")
+    finite = np.isfinite(want)
+    scale = float(np.max(np.abs(want[finite]))) if finite.any() else 0.0
+    np.testing.assert_allclose(got[finite], want[finite], rtol=rtol, atol=rtol * 1e-3 * scale, err_msg=where)
+
+
+# --- the workloads -------------------------------------------------------------------------------
+
+def w1(x):
+    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
+
+
+def w2(x, w, b):
+    return (symgrad.tanh(x * w + b) ** 2).mean()
+
+
+def w3(X, W1, b1, W2, b2, Y):
+    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
+
+
+def w5(L, labels):
+    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
+
+
+def _workload(name: str, dtype=np.float64):
+    """(loss, arrays, argnums); sizes above codegen.simd.MIN_ELEMENTS, so libm offloads to numpy."""
+    r = np.random.default_rng(17)
+    if name == "w1":
+        return w1, [r.uniform(-3, 3, 33_000)], (0,)           # > 2 blocks: libm runs blocked
+    if name == "w2":
+        return w2, [r.standard_normal((40, 30)), r.standard_normal(30), r.standard_normal(30)], (0, 1, 2)
+    if name == "w3":
+        arrays = [r.standard_normal(s).astype(dtype) for s in [(300, 8), (8, 24), (24,), (24, 1), (1,), (300, 1)]]
+        return w3, arrays, (1, 2, 3, 4)
+    return w5, [3 * r.standard_normal((60, 40)), r.integers(0, 40, 60)], (0,)
+
+
+WORKLOADS = [("w1", np.float64), ("w2", np.float64), ("w3", np.float64), ("w3", np.float32), ("w5", np.float64)]
+
+
+@pytest.fixture(scope="module")
+def compiled_workloads():
+    """{(name, dtype, math): value_and_grad}, built on first use."""
+    made = {}
+
+    def get(name, dtype, math):
+        key = (name, dtype, math)
+        if key not in made:
+            loss, _, argnums = _workload(name, dtype)
+            made[key] = symgrad.value_and_grad(loss, argnums=argnums, math=math)
+        return made[key]
+
+    return get
+
+
+def _eager(loss, arrays, argnums):
+    leaves = [symgrad.tensor(a, requires_grad=i in argnums) for i, a in enumerate(arrays)]
+    out = loss(*leaves)
+    out.backward()
+    return out.item(), [leaves[i].grad.numpy() for i in argnums]
+
+
+@pytest.mark.parametrize("math", MODES)
+@pytest.mark.parametrize("name,dtype", WORKLOADS, ids=[f"{n}-{np.dtype(d).name}" for n, d in WORKLOADS])
+def test_workloads_match_eager_under_both_math_modes(compiled_workloads, name, dtype, math):
+    loss, arrays, argnums = _workload(name, dtype)
+    vg = compiled_workloads(name, dtype, math)
+    value, grads = vg(*arrays)
+    ref_value, ref_grads = _eager(loss, arrays, argnums)
+    rtol = RTOL[dtype]
+    assert_close(value, ref_value, rtol, f"{name} {math}: value")
+    for i, g, ref in zip(argnums, grads, ref_grads):
+        assert g.dtype == ref.dtype
+        assert_close(g, ref, rtol, f"{name} {math}: gradient of argument {i}")
+    source = vg.compiled.kernels_for(*arrays, wrt=list(argnums), joint_kernel=True).joint_source
+    assert source.startswith(f"# math={math!r}")
+    if math == "libm":
+        assert "radd(" not in source and "wide_vectors" not in source and not re.search(r"\bv[a-z0-9]+_f(32|64)\(",
+                                                                                       source)
+    else:
+        assert "wide_vectors()" in source
+        # kernels, without the libm twins of loops with vector sin/cos (run for huge arguments only)
+        kernels = "\n".join(line for part in source.split("\ndef joint")[0].split("\n\n") if "_libm(" not in part
+                             for line in part.splitlines() if not line.lstrip().startswith("#"))
+        for fn, base in vector_functions()[0].items():
+            # a function the library provides is computed in the loop, never handed to numpy
+            assert f"np.{fn}(" not in source
+            if re.search(rf"(?<![a-z_.]){fn}\(", kernels):
+                raise AssertionError(f"{name}: libm {fn}() in a vector kernel although {base} exists")
+
+
+def test_vector_sums_are_deterministic(compiled_workloads):
+    loss, arrays, argnums = _workload("w5")
+    vg = compiled_workloads("w5", np.float64, "vector")
+    first = vg(*arrays)
+    for _ in range(3):
+        again = vg(*arrays)
+        assert again[0] == first[0] and np.array_equal(again[1], first[1])
+
+
+# --- every elementwise op with an elementary function ---------------------------------------------
+
+# (name, function, domain): "any" on [-4, 4], "pos" on (0, 4]
+UNARY = [
+    ("neg", lambda x: -x, "any"), ("reciprocal", symgrad.reciprocal, "pos"), ("exp", symgrad.exp, "any"),
+    ("log", symgrad.log, "pos"), ("log1p", symgrad.log1p, "pos"), ("sin", symgrad.sin, "any"),
+    ("cos", symgrad.cos, "any"), ("tanh", symgrad.tanh, "any"), ("sqrt", symgrad.sqrt, "pos"),
+    ("sigmoid", symgrad.sigmoid, "any"), ("relu", symgrad.relu, "any"), ("abs", symgrad.abs, "any"),
+    ("sign", symgrad.sign, "any"), ("expm1", symgrad.expm1, "any"), ("log2", symgrad.log2, "pos"),
+    ("exp2", symgrad.exp2, "any"), ("rsqrt", symgrad.rsqrt, "pos"), ("erf", symgrad.erf, "any"),
+    ("sinh", symgrad.sinh, "any"), ("cosh", symgrad.cosh, "any"), ("tan", symgrad.tan, "any"),
+    ("atan", symgrad.atan, "any"), ("pow1.5", lambda x: x ** 1.5, "pos"), ("pow-2.5", lambda x: x ** -2.5, "pos"),
+    ("pow3", lambda x: x ** 3, "any"), ("pow0.5", lambda x: x ** 0.5, "pos"),
+    ("exp2x", lambda x: symgrad.pow(2.0, x), "any"),
+]
+N = 600   # above codegen.simd.MIN_ELEMENTS: libm hands SIMD functions to numpy
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e-300, 1e-8, 0.5, 20.0, 88.5, 89.0, 700.0, 710.0, -745.0,
+           -750.0, 3e5, 1e8, 1e16, 1e22, 1e300, -1e300]
+
+
+def _special(name: str) -> bool:
+    """Special values for the functions codegen.vecmath provides (numpy's nan/inf/0/overflow results);
+    the other ops keep their libm/numpy code under both modes and get the finite sweep."""
+    vector = vector_functions()[0]
+    return name in vector or (name.startswith("pow") and "pow" in vector)
+
+
+def _sweep(domain: str, dtype, special: bool) -> np.ndarray:
+    x = np.linspace(0.01, 4.0, N) if domain == "pos" else np.linspace(-4.0, 4.0, N)
+    if special:
+        extra = np.array(SPECIAL + [-v for v in SPECIAL])
+        x = np.concatenate([x[: N - len(extra)], extra])
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+@pytest.fixture(scope="module")
+def compiled_ops():
+    """{(dtype, math, kind): compiled function}: ``values`` returns every op's output (a tuple),
+    ``grads`` is value_and_grad of ``sum(op_i(x_i) * w)`` over all ops."""
+    made = {}
+    fns = [f for _, f, _ in UNARY]
+
+    def values(*xs):
+        return tuple(f(x) for f, x in zip(fns, xs))
+
+    def weighted(*xs):
+        total = None
+        for f, x in zip(fns, xs):
+            term = (f(x) * 0.75).sum()
+            total = term if total is None else total + term
+        return total
+
+    def get(dtype, math, kind):
+        key = (dtype, math, kind)
+        if key not in made:
+            made[key] = symgrad.compile(values, math=math, parallel=False) if kind == "values" else \
+                symgrad.value_and_grad(weighted, argnums=tuple(range(len(fns))), math=math)
+        return made[key]
+
+    return get
+
+
+@pytest.mark.parametrize("math", MODES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_elementwise_op_matches_eager_with_special_values(compiled_ops, dtype, math):
+    xs = [_sweep(domain, dtype, special=_special(name)) for name, _, domain in UNARY]
+    with np.errstate(all="ignore"):
+        got = compiled_ops(dtype, math, "values")(*xs)
+        for (name, f, _), x, g in zip(UNARY, xs, got):
+            want = f(symgrad.tensor(x)).numpy()
+            assert g.numpy().dtype == want.dtype, name
+            assert_close(g.numpy(), want, RTOL[dtype], f"{name} ({math}, {np.dtype(dtype).name})")
+
+
+# (float32 under libm is the code of before vector math, covered by the differential tests' history)
+@pytest.mark.parametrize("dtype,math", [(np.float64, "vector"), (np.float64, "libm"), (np.float32, "vector")])
+def test_every_elementwise_op_gradient_matches_eager(compiled_ops, dtype, math):
+    xs = [_sweep(domain, dtype, special=False) for _, _, domain in UNARY]
+    value, grads = compiled_ops(dtype, math, "grads")(*xs)
+    total = 0.0
+    for (name, f, _), x, g in zip(UNARY, xs, grads):
+        t = symgrad.tensor(x, requires_grad=True)
+        out = (f(t) * 0.75).sum()
+        out.backward()
+        total += out.item()
+        assert g.dtype == dtype, name
+        assert_close(g, t.grad.numpy(), RTOL[dtype], f"d {name} ({math}, {np.dtype(dtype).name})")
+    assert_close(value, total, RTOL[dtype], "sum of all ops")
+
+
+def test_huge_sin_arguments_rerun_the_loop_with_libm():
+    if "sin" not in vector_functions()[0]:
+        pytest.skip("codegen.vecmath has no vector sin")
+    x = np.concatenate([np.linspace(-3, 3, 1000), [1e22, -3e17, 8e15]])
+    vg = symgrad.value_and_grad(lambda t: (symgrad.sin(t) * t).sum())
+    value, grad = vg(x)
+    source = vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True).joint_source
+    assert "sincos_out_of_range_f64(" in source and "group_0_libm(" in source
+    np.testing.assert_allclose(grad, np.cos(x) * x + np.sin(x), rtol=1e-13)
+    np.testing.assert_allclose(value, np.sum(np.sin(x) * x), rtol=1e-13)
+    value, grad = vg(x[:1000])                     # in range: the vector loop's own results
+    np.testing.assert_allclose(grad, np.cos(x[:1000]) * x[:1000] + np.sin(x[:1000]), rtol=1e-13, atol=1e-15)
+
+
+# --- the source and the cache key --------------------------------------------------------------------
+
+def test_emitted_kernels_call_dtype_specific_functions_with_one_comment_per_node():
+    if "exp" not in vector_functions()[0]:
+        pytest.skip("codegen.vecmath has no vector exp")
+    for dtype, suffix in ((np.float64, "f64"), (np.float32, "f32")):
+        g = symgrad.trace(lambda x: (symgrad.exp(-x * x) * x).sum(), np.ones(8, dtype))
+        e = emit_numba(g, "forward")
+        kernel = e.kernels[0]
+        assert f"vexp_{suffix}(" in kernel and "radd(acc_0, " in kernel
+        assert kernel.count("        # %") == len(g.nodes) - 1           # every node but the sum
+        assert "from codegen.vecmath import" in e.imports and "vexp_" + suffix in e.imports
+        libm = emit_numba(g, "forward", math="libm")
+        assert "vexp" not in libm.full_source and "exp(" in libm.kernels[0] and "acc_0 += " in libm.kernels[0]
+        assert libm.imports == ""
+
+
+def test_an_empty_library_keeps_every_function_libm(monkeypatch):
+    from codegen import vecmath
+
+    monkeypatch.setattr(vecmath, "VECTOR_FUNCTIONS", {})
+    assert vector_functions("vector") == ({}, "")
+    g = symgrad.trace(lambda x: (symgrad.exp(x) * x).sum(), np.ones(600))
+    e = emit_numba(g, "forward")
+    assert "vexp" not in e.full_source and "np.exp(" in e.source     # offloaded to numpy as before
+    assert "radd(" in e.full_source                                   # the sums still vectorise
+    with pytest.raises(ValueError, match="math must be one of"):
+        vector_functions("fast")
+    with pytest.raises(ValueError, match="math must be 'vector' or 'libm'"):
+        symgrad.compile(w1, math="svml")
+
+
+def test_math_is_part_of_the_cache_key():
+    def loss(x):
+        return (symgrad.exp(x) * x).sum()
+
+    x = np.linspace(-1, 1, 700)
+    modules = {}
+    for math in MODES:
+        vg = symgrad.value_and_grad(loss, math=math)
+        vg(x)
+        k = vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True)
+        assert k.options["math"] == math
+        stats = vg.compiled.stats()
+        assert stats["kernel_compiles"] + stats["kernel_cache_loads"] >= 1
+        e = emit_numba(k.joint, "joint", math=math)           # what names the module in the disk cache
+        modules[math] = jit.module_name(jit.module_text(e.kernels, e.imports))
+    assert modules["vector"] != modules["libm"]
+    # switching the option of a compiled function builds new kernels
+    f = symgrad.compile(loss)
+    t = symgrad.tensor(x, requires_grad=True)
+    vector_source = f.inspect(t).joint_source
+    f.options["math"] = "libm"
+    libm_source = f.inspect(t).joint_source
+    assert vector_source != libm_source and libm_source.startswith("# math='libm'")
+    assert f.stats()["traces"] == 2
+
+
+def test_parallel_vector_kernels_match_serial_and_are_deterministic():
+    r = np.random.default_rng(3)
+    arrays = [r.standard_normal((300, 17)), r.standard_normal(17), r.standard_normal(17)]
+    par = symgrad.value_and_grad(symgrad.compile(w2, parallel=True), argnums=(0, 1, 2))
+    source = par.compiled.kernels_for(*arrays, wrt=[0, 1, 2], joint_kernel=True).joint_source
+    assert "prange(" in source and "radd(" in source
+    runs = [par(*arrays) for _ in range(3)]
+    ref_value, ref_grads = _eager(w2, arrays, (0, 1, 2))
+    assert_close(runs[0][0], ref_value, 1e-9)
+    for g, ref in zip(runs[0][1], ref_grads):
+        assert_close(g, ref, 1e-9)
+    for value, grads in runs[1:]:
+        assert value == runs[0][0] and all(np.array_equal(a, b) for a, b in zip(grads, runs[0][1]))
+
+
+# --- the hot loops are vectorised --------------------------------------------------------------------
+
+def _has_avx2() -> bool:
+    try:
+        features = dict(np._core._multiarray_umath.__cpu_features__)
+    except AttributeError:  # pragma: no cover - numpy < 2
+        return False
+    return bool(features.get("AVX2") and features.get("FMA3"))
+
+
+PACKED = re.compile(r"\b(v[a-z0-9]+p[ds])\s+[^\n]*%[yz]mm")
+PACKED_FMA = re.compile(r"\bv(fn?m(add|sub)\d{3}p[ds])\s+[^\n]*%[yz]mm")
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="needs a CPU with AVX2 and FMA")
+@pytest.mark.parametrize("name", ["w1", "w2", "w5"])
+def test_hot_loops_use_packed_vector_instructions(compiled_workloads, name):
+    """Every kernel that calls a vector function or sums with radd compiles to packed ymm/zmm code."""
+    loss, arrays, argnums = _workload(name)
+    vg = compiled_workloads(name, np.float64, "vector")
+    vg(*arrays)
+    k = vg.compiled.kernels_for(*arrays, wrt=list(argnums), joint_kernel=True)
+    checked = 0
+    for d in k.joint_fn.kernels:
+        src = d.py_func.__code__.co_name
+        text = next(s for s in k.joint_source.split("\n\n") if f"def {src}(" in s)
+        if not d.signatures or "_libm" in src:
+            continue
+        asm = d.inspect_asm(d.signatures[0])
+        if re.search(r"\bv[a-z0-9]+_f64\(", text):
+            assert PACKED_FMA.search(asm), f"{name} {src}: no packed FMA in a kernel with vector math"
+            checked += 1
+        if "radd(" in text:
+            assert re.search(r"\bvaddpd\s+[^\n]*%[yz]mm", asm), f"{name} {src}: its sum is not vectorised"
+            checked += 1
+    assert checked >= 1
