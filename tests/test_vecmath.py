@@ -111,11 +111,13 @@ def _fn(name: str, dt: str):
     return f
 
 
-# The fastmath flags generated kernels use with these functions (FMA contraction only).
+# The fastmath flags generated kernels use with these functions (FMA contraction only), and their request for
+# 512-bit vectors (used by the timing tables only).
 try:
-    from codegen.scalar_math import VECTOR_FASTMATH
+    from codegen.scalar_math import VECTOR_FASTMATH, wide_vectors
 except ImportError:  # pragma: no cover - before the emitter integration
     VECTOR_FASTMATH = {"contract"}
+    wide_vectors = None
 
 
 def _make_loop(f, fastmath=False):
@@ -272,6 +274,8 @@ def test_dense_sweep(name, dt):
 # Special values: exactly numpy's (value and sign of zero).
 
 _INF, _NAN = math.inf, math.nan
+# Around the 1e-18 guard that keeps subnormal numbers out of the polynomials.
+_TINY_ARGS = [1e-200, -1e-200, 1e-17, -1e-19, 2e-18]
 SPECIAL = {
     "exp": [_NAN, _INF, -_INF, 0.0, -0.0, 1e-310, -1e-310, 709.782712893384, 709.7827128933841, -745.1332191019411,
             -745.1332191019412, -708.5, -744.0, 88.72283, 88.72284, -87.33655, -103.97207, -103.97208],
@@ -286,6 +290,8 @@ SPECIAL = {
     "sigmoid": [_NAN, _INF, -_INF, 0.0, -0.0, 1e-310, -1e-310, 40.0, -745.0, -746.0, -800.0, 800.0, -104.0],
     "erf": [_NAN, _INF, -_INF, 0.0, -0.0, 1e-310, -1e-310, 5e-324, 1e-20, -1e-20, 6.0, -6.0, 27.0, -30.0],
 }
+for _name in ("exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf"):
+    SPECIAL[_name] = SPECIAL[_name] + _TINY_ARGS
 
 
 def _reference_special(name: str, x: np.ndarray) -> np.ndarray:
@@ -451,21 +457,37 @@ def _pow_points(dt: str, c: float, n: int, seed: int) -> np.ndarray:
     return x.astype(DTYPES[dt])
 
 
+@pytest.fixture(scope="module")
+def pow_refs():
+    """(c, x, hi, lo) per exponent and dtype, from mpmath, computed once."""
+    cache: dict[str, list] = {}
+
+    def get(dt: str):
+        if dt not in cache:
+            rows = []
+            for j, c in enumerate(POW_EXPONENTS):
+                c = float(DTYPES[dt](c))
+                x = _pow_points(dt, c, 120, seed=j)
+                hi = np.empty(x.size)
+                lo = np.empty(x.size)
+                with mp.workdps(40):
+                    for i, v in enumerate(x.tolist()):
+                        r = mp.power(mp.mpf(v), mp.mpf(c))
+                        hi[i] = float(r)
+                        lo[i] = float(r - mp.mpf(hi[i]))
+                rows.append((c, x, hi, lo))
+            cache[dt] = rows
+        return cache[dt]
+
+    return get
+
+
 @pytest.mark.parametrize("dt,fastmath", [("f64", False), ("f32", False), ("f64", True)])
-def test_pow_max_ulp_vs_mpmath(dt, fastmath):
+def test_pow_max_ulp_vs_mpmath(dt, fastmath, pow_refs):
     _fn("pow", dt)
     flags = VECTOR_FASTMATH if fastmath else False
     worst = (0.0, None)
-    for j, c in enumerate(POW_EXPONENTS):
-        c = float(DTYPES[dt](c))
-        x = _pow_points(dt, c, 300, seed=j)
-        hi = np.empty(x.size)
-        lo = np.empty(x.size)
-        with mp.workdps(40):
-            for i, v in enumerate(x.tolist()):
-                r = mp.power(mp.mpf(v), mp.mpf(c))
-                hi[i] = float(r)
-                lo[i] = float(r - mp.mpf(hi[i]))
+    for c, x, hi, lo in pow_refs(dt):
         err = ulp_error(apply_pow(dt, x, c, flags), hi, lo)
         i = int(np.argmax(err))
         if err[i] > worst[0]:
@@ -573,6 +595,10 @@ def _main() -> None:  # pragma: no cover - manual measurement
                 ours = _pow_loop(dt)
                 ours(dense, c, out)
                 times["ours"] = _median_time(ours, dense, c, out)
+                if wide_vectors is not None:
+                    wide = _wide_loop(_fn(name, dt), 2)
+                    wide(dense, c, out)
+                    times["ours512"] = _median_time(wide, dense, c, out)
                 sl = _libm_pow_loop()
                 sl(dense, c, out)
                 times["libm"] = _median_time(sl, dense, c, out)
@@ -585,6 +611,10 @@ def _main() -> None:  # pragma: no cover - manual measurement
                 ours = _loop(name, dt)
                 ours(dense, out)
                 times["ours"] = _median_time(ours, dense, out)
+                if wide_vectors is not None:
+                    wide = _wide_loop(_fn(name, dt))
+                    wide(dense, out)
+                    times["ours512"] = _median_time(wide, dense, out)
                 if name in _SCALAR:
                     sl = _libm_loop(_scalar(name))
                     sl(dense, out)
@@ -595,6 +625,27 @@ def _main() -> None:  # pragma: no cover - manual measurement
             cells = "  ".join(f"{k} {v * 1e9 / dense.size:6.2f}" for k, v in times.items())
             print(f"{name:8s} {dt}  max ulp {err}  ns/elem: {cells}", flush=True)
     print(f"load average after: {os.getloadavg()}")
+
+
+def _wide_loop(f, nargs: int = 1):
+    """The elementwise loop as generated kernels compile it: fastmath contract, 512-bit vectors."""
+    if nargs == 1:
+
+        @numba.njit(error_model="numpy", fastmath=VECTOR_FASTMATH)
+        def loop(x, out):
+            wide_vectors()
+            for i in range(x.shape[0]):
+                out[i] = f(x[i])
+
+    else:
+
+        @numba.njit(error_model="numpy", fastmath=VECTOR_FASTMATH)
+        def loop(x, c, out):
+            wide_vectors()
+            for i in range(x.shape[0]):
+                out[i] = f(x[i], c)
+
+    return loop
 
 
 def _libm_pow_loop():
