@@ -347,6 +347,8 @@ def _entries(directory: Path) -> tuple[list[Path], list[Path]]:
     modules = sorted(p for p in directory.glob(f"{PREFIX}*.py") if MODULE_RE.match(p.name))
     others = sorted(p for p in directory.glob(f"{PREFIX}*") if p not in modules)
     others += sorted(directory.glob(f"{_TMP_PREFIX}*"))
+    # symgrad.build_cache's files: generated code per traced graph, printed elementwise forwards
+    others += sorted(directory.glob("symgrad_build_*.json")) + sorted(directory.glob("symgrad_formulas_*.json"))
     pycache = directory / "__pycache__"
     if pycache.is_dir():
         others += sorted(pycache.glob(f"{PREFIX}*"))

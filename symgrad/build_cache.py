@@ -126,6 +126,8 @@ def _encode_value(v: Any) -> Any:
         return {"tuple": [_encode_value(x) for x in v]}
     if isinstance(v, list):
         return {"list": [_encode_value(x) for x in v]}
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        return {"dict": [[k, _encode_value(v[k])] for k in sorted(v)]}
     raise NotCacheable(f"a constant of type {type(v).__name__}")
 
 
@@ -152,6 +154,8 @@ def _decode_value(d: Any) -> Any:
         return tuple(_decode_value(x) for x in body)
     if tag == "list":
         return [_decode_value(x) for x in body]
+    if tag == "dict":
+        return {k: _decode_value(x) for k, x in body}
     raise ValueError(f"unknown tag {tag!r}")
 
 

@@ -23,7 +23,9 @@ array([0.918217, 1.381773])
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -34,7 +36,7 @@ import numpy as np
 from codegen.emit import emit_numpy
 from codegen.partition import Partition, partition
 
-from . import logs
+from . import build_cache, logs
 from .autodiff import autodiff
 from .autograd import anomaly
 from .autograd.grad_mode import STATE
@@ -61,7 +63,26 @@ def _depending_outputs(graph: Graph, wrt: Sequence[int]) -> frozenset:
     return frozenset(i for i, v in enumerate(graph.outputs) if v is not None and v in live)
 
 
-def _emit(graph: Graph, name: str, options: dict):
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector while a function is built and first run.
+
+    Building allocates many long-lived objects (graphs, generated code, Numba's dispatchers and
+    type registries), so collections keep triggering, and each full one walks every sympy and
+    Numba object in the process: about 40 ms each here, a quarter of a warm first call.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _emit(graph: Graph, name: str, options: dict, keep: dict | None = None):
+    """Generate and compile ``graph`` as function ``name``: ``(function, source)``.  ``keep``
+    collects the generated code by name (for the build cache)."""
     # Numba has no float16: such graphs run as numpy statements (eager mode's float16 semantics)
     half = any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
         any(v.dtype.np == np.float16 for v in graph.placeholders)
@@ -70,8 +91,19 @@ def _emit(graph: Graph, name: str, options: dict):
 
         e = emit_numba(graph, name, parallel=options["parallel"], fastmath=bool(options["fastmath"]),
                        offload=options["numpy_simd"], math=options["math"])
+        if keep is not None:
+            keep[name] = e
         return e.compile(cache=options["cache"]), e.full_source
     e = emit_numpy(graph, name)
+    if keep is not None:
+        keep[name] = e
+    return e.compile(), e.source
+
+
+def _compile_emitted(e, options: dict):
+    """``(function, source)`` of generated code loaded from the build cache."""
+    if hasattr(e, "kernels"):  # codegen.numba_emit.NumbaEmitted
+        return e.compile(cache=options["cache"]), e.full_source
     return e.compile(), e.source
 
 
@@ -102,6 +134,29 @@ class Kernels:
         """How a recorded call runs: ``"joint"`` (a scalar loss: value and gradients in one
         kernel, the backward scales them) or ``"split"`` (forward saves, backward recomputes)."""
         return "joint" if self.joint_fn is not None and self.forward is not None else "split"
+
+
+def _rebuilt_on_use(attr: str) -> property:
+    def get(self):
+        if self.__dict__.get("_rebuild"):
+            self.__dict__["_rebuild"] = False
+            joint = autodiff(self.graph, self.wrt)
+            self.__dict__["_joint"], self.__dict__["_parts"] = joint, partition(joint)
+        return self.__dict__.get("_" + attr)
+
+    def set(self, value) -> None:
+        self.__dict__["_" + attr] = value
+
+    return property(get, set)
+
+
+class CachedKernels(Kernels):
+    """Kernels whose code came from the build cache (:mod:`symgrad.build_cache`): the joint graph
+    and the partition, which only ``inspect``, logs and anomaly mode read, are rebuilt on first use."""
+
+    joint = _rebuilt_on_use("joint")
+    parts = _rebuilt_on_use("parts")
+    _rebuild = False
 
 
 class CompiledFunctionBackward(Node):
@@ -184,7 +239,7 @@ class CompiledFunction:
                         "scalar_loss": scalar_loss, "numpy_simd": numpy_simd, "math": math}
         self._kernels: dict = {}
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
-                       "partition_s": 0.0, "codegen_s": 0.0}
+                       "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0}
 
     # --- guards ---------------------------------------------------------------------------
     @staticmethod
@@ -212,7 +267,14 @@ class CompiledFunction:
         n_out = len(graph.outputs)
         diff = [k for k, v in enumerate(graph.outputs) if v is not None and v.dtype.is_floating_point]
         timings = {"trace_s": t1 - t0}
-        if wrt:
+        # tracing always runs (it sees the function's current code and values); the rest may come
+        # from the build cache, keyed by the traced graph
+        key = build_cache.build_key(graph, wrt=list(wrt), joint_kernel=joint_kernel,
+                                    options={k: v for k, v in self.options.items() if k != "cache"}) \
+            if self.options["cache"] else None
+        kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings)
+        keep: dict | None = {} if key is not None and kernels is None else None
+        if kernels is None and wrt:
             joint = autodiff(graph, wrt)
             t2 = time.perf_counter()
             parts = partition(joint)
@@ -220,25 +282,27 @@ class CompiledFunction:
             out0 = graph.outputs[0] if n_out == 1 else None
             scalar_loss = out0 is not None and out0.shape == () and out0.dtype.is_floating_point
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
-                joint_fn, joint_src = _emit(joint, "joint", self.options)
+                joint_fn, joint_src = _emit(joint, "joint", self.options, keep)
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
                                   joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
-                fwd_fn, fwd_src = _emit(parts.forward, "forward", self.options)
-                bwd_fn, bwd_src = _emit(parts.backward, "backward", self.options)
+                fwd_fn, fwd_src = _emit(parts.forward, "forward", self.options, keep)
+                bwd_fn, bwd_src = _emit(parts.backward, "backward", self.options, keep)
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
                 if scalar_loss and self.options["scalar_loss"] == "joint":
-                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", self.options)
+                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", self.options, keep)
             if scalar_loss:
                 kernels.unit_tangent = np.ones((), out0.dtype.np)
             kernels.grad_outputs = _depending_outputs(graph, wrt)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
-        else:
+        elif kernels is None:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = _emit(graph, "forward", self.options)
+            fwd_fn, fwd_src = _emit(graph, "forward", self.options, keep)
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
+        if keep:
+            build_cache.store_build(key, keep, {"diff_outputs": list(kernels.diff_outputs)})
         kernels.timings = timings
         kernels.options = dict(self.options)
         logs.report_build(self, kernels)
@@ -247,6 +311,30 @@ class CompiledFunction:
             self._stats[k] += v
         return kernels
 
+    def _from_build_cache(self, key: str | None, graph: Graph, wrt: Sequence[int], joint_kernel: bool,
+                          timings: dict) -> Kernels | None:
+        """The kernels of an earlier, identical build (same graph, options and symgrad), or None."""
+        t0 = time.perf_counter()
+        found = build_cache.load_build(key)
+        if found is None:
+            return None
+        fns = {name: _compile_emitted(e, self.options) for name, e in found["emitted"].items()}
+        none = (None, "")
+        n_out = len(graph.outputs)
+        k = CachedKernels(graph, None, None, fns.get("forward", none)[0], fns.get("backward", none)[0],
+                          fns.get("forward", none)[1], fns.get("backward", none)[1], list(wrt), n_out,
+                          graph.output_kind, list(found["meta"]["diff_outputs"]), joint_fn=fns.get("joint", none)[0],
+                          joint_source=fns.get("joint", none)[1])
+        if wrt:
+            k._rebuild = True
+            out0 = graph.outputs[0] if n_out == 1 else None
+            if out0 is not None and out0.shape == () and out0.dtype.is_floating_point:
+                k.unit_tangent = np.ones((), out0.dtype.np)
+            k.grad_outputs = _depending_outputs(graph, wrt)
+        timings["codegen_s"] = time.perf_counter() - t0
+        self._stats["build_cache_loads"] += 1
+        return k
+
     def kernels_for(self, *args, wrt: Sequence[int] | None = None, joint_kernel: bool = False) -> Kernels:
         """The kernels for these arguments (building them on a guard miss)."""
         # the options that change the generated code are part of the key (options may be edited)
@@ -254,7 +342,8 @@ class CompiledFunction:
                self.options["fastmath"], self.options["numpy_simd"])
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = self._build(args, wrt, joint_kernel)
+            with _gc_paused():
+                k = self._kernels[key] = self._build(args, wrt, joint_kernel)
         else:
             self._stats["cache_hits"] += 1
         return k
@@ -263,14 +352,14 @@ class CompiledFunction:
     def __call__(self, *args):
         self._stats["calls"] += 1
         record = STATE.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        traces = self._stats["traces"]
         k = self.kernels_for(*args, wrt=None if record else ())
         tensors = [a for a in args if isinstance(a, (Tensor, np.ndarray))]
         arrays = [a._data if isinstance(a, Tensor) else a for a in tensors]
         scaled = record and k.joint_fn is not None
-        if scaled:
-            result = k.joint_fn(*arrays, k.unit_tangent)
-        else:
-            result = k.forward(*arrays)
+        # the first run of new kernels loads (or compiles) them: as building, with the GC paused
+        with _gc_paused() if self._stats["traces"] != traces else contextlib.nullcontext():
+            result = k.joint_fn(*arrays, k.unit_tangent) if scaled else k.forward(*arrays)
         outputs, saved = result[:k.n_outputs], result[k.n_outputs:]
         wrapped = [None if o is None else Tensor._wrap(np.asarray(o)) for o in outputs]
         if record and k.backward is not None:
@@ -305,6 +394,8 @@ class CompiledFunction:
 
         ``calls``; ``traces`` (one per new guard key: dtype, rank, shape or requires_grad);
         ``guard_hits``; seconds in ``trace_s``, ``autodiff_s``, ``partition_s``, ``codegen_s``;
+        ``build_cache_loads`` (traces whose generated code came from the disk cache of
+        :mod:`symgrad.build_cache`: no autodiff, partition or code generation ran);
         and, for its Numba kernels, ``kernels`` (how many have run), ``kernel_compiles`` (Numba
         compilations in this process) and ``kernel_cache_loads`` (signatures loaded from the
         disk cache instead).  Kernels take sizes at run time: a new size of the same rank
@@ -344,7 +435,9 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
     * ``fastmath=True`` lets LLVM reassociate floating-point arithmetic (off by default); under
       ``math="vector"`` it only allows FMA contraction, since the inlined elementary functions need IEEE
       arithmetic (their loops vectorise without it).
-    * ``cache=True`` keeps compiled kernels in the per-user disk cache (see :mod:`codegen.jit`).
+    * ``cache=True`` keeps compiled kernels in the per-user disk cache (see :mod:`codegen.jit`), and
+      the code generated for each traced graph (:mod:`symgrad.build_cache`): a new process still
+      traces the function, but an identical graph skips autodiff and code generation.
     * ``scalar_loss``: when the function returns one floating scalar and an input requires grad,
       ``"joint"`` (default) computes value and gradients in one fused pass at the call and the
       backward only scales them by the incoming gradient; ``"split"`` runs the partitioned
@@ -422,6 +515,10 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
                 raise TypeError(f"value_and_grad: argnums={argnums!r}: argument {i} is {what} (called with "
                                 f"{len(arrays)} arguments); differentiate numpy arrays, Tensors or Python numbers")
         wrt = [positions.index(i % len(arrays)) for i in nums]
+        with _gc_paused():   # first calls take this path: building, loading and first runs of kernels
+            return general_call(arrays, key, wrt, args)
+
+    def general_call(arrays, key, wrt, args):
         k = compiled.kernels_for(*arrays, wrt=wrt, joint_kernel=True)
         compiled._stats["calls"] += 1
         data = [a._data if isinstance(a, Tensor) else a for a in arrays if isinstance(a, (Tensor, np.ndarray))]
