@@ -57,12 +57,12 @@ class Group:
     start: int = 0                                          # graph position where the loop runs
 
 
-def vectorised_by_numpy(node: Node, inline: frozenset = frozenset()) -> bool:
+def vectorised_by_numpy(node: Node, inline: dict | None = None) -> bool:
     """True for an elementwise node that numpy computes much faster than a scalar loop can
     (a SIMD elementary function, see :mod:`codegen.simd`), on an array big enough to split for.
 
-    ``inline``: function names (as in IR sympy expressions) the loops compute with vectorised
-    inline code themselves (``math="vector"``, :mod:`codegen.vecmath`); they need no numpy.
+    ``inline``: per dtype name, function names (as in IR sympy expressions) the loops compute with
+    vectorised inline code themselves (``math="vector"``, :mod:`codegen.vecmath`); they need no numpy.
     """
     if node.expr is None or len(node.outputs) != 1:
         return False
@@ -72,7 +72,7 @@ def vectorised_by_numpy(node: Node, inline: frozenset = frozenset()) -> bool:
         n *= s
     if n < MIN_ELEMENTS:
         return False
-    fast = simd_functions(out.dtype.name) - inline
+    fast = simd_functions(out.dtype.name) - (inline or {}).get(out.dtype.name, frozenset())
     return any(type(f).__name__ in fast for f in node.expr.atoms(sympy.Function))
 
 
@@ -101,19 +101,19 @@ def scatter_accumulations(graph: Graph) -> dict[Node, tuple[Node, Value]]:
     return found
 
 
-def _fusable(node: Node, offload: bool, inline: frozenset) -> bool:
+def _fusable(node: Node, offload: bool, inline: dict | None) -> bool:
     if node.expr is None or len(node.outputs) != 1:
         return False
     # bool-valued comparisons are fine as loop temporaries; SIMD-able functions go to numpy
     return not (offload and vectorised_by_numpy(node, inline))
 
 
-def fusion_groups(graph: Graph, offload: bool = True, inline: frozenset = frozenset()) -> list[Group]:
+def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None) -> list[Group]:
     """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
 
     With ``offload``, nodes that numpy vectorises (:func:`vectorised_by_numpy`) stay outside
     the loops and run as numpy calls between them, unless all their SIMD functions are among
-    ``inline`` (computed by vectorised code inside the loop).
+    ``inline[dtype name]`` (computed by vectorised code inside the loop).
 
     A node joins the group of a same-shape producer only if everything else it reads is ready
     before that group starts: the group then runs at its first node's position, all at once.

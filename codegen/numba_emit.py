@@ -268,7 +268,10 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     for n in graph.nodes:
         for o in n.outputs:
             names[o.name] = _ident(o.name)
-    groups = fusion_groups(graph, offload, frozenset(_SYMPY_NAMES.get(f, f) for f in vector))
+    # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
+    # (16 lanes; SVML on AVX-512), codegen.vecmath's float32 variants compute in float64, and measured
+    # 2-4x slower than numpy's (W3 f32: tanh inline made the whole call 1.4x slower than offloaded)
+    groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
     scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
     group_of = {n: g for g in groups for n in g.nodes}
@@ -627,11 +630,12 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
         read = (local[v.name], _broadcast_read(param, tuple(src.shape), shape))
         if read not in reads:
             reads.append(read)
-    for n in grp.nodes:
+    nodes = grp.nodes
+    for n in nodes:
         local[n.output.name] = names[n.output.name]
     sizes = [f"n{d}" for d in range(rank)]
     constants: list = []
-    bodies = [_lift_constants(n.expr, constants) for n in grp.nodes]
+    bodies = [_lift_constants(n.expr, constants) for n in nodes]
     printer = _KernelPrinter(local, vector or {})
     written = [v for v in grp.outputs if v in needed]
     outs = [f"out_{_kernel_name(names[v.name])}" for v in written]
@@ -646,7 +650,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     chunked = parallel and rank > 0
     checked = bool(vector) and any(FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in _RANGE_CHECKED
                                    and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
-                                   for n in grp.nodes for f in n.expr.atoms(sympy.Function))
+                                   for n in nodes for f in n.expr.atoms(sympy.Function))
     flag = "range_c" if chunked else "out_of_range"
     if vectorise and not chunked:
         lines.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
@@ -701,7 +705,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     out_names = {v.name for v in written}
     idx = ", ".join(f"i{d}" for d in range(rank))
     after_inner = []
-    for n, body in zip(grp.nodes, bodies):
+    for n, body in zip(nodes, bodies):
         o = n.output
         printer.suffix = _compute_suffix(n)
         seen = len(printer.checks)
