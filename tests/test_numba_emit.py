@@ -253,6 +253,22 @@ def test_emitted_kernels_call_dtype_specific_functions_with_one_comment_per_node
         assert libm.imports == ""
 
 
+def test_constant_powers_use_vpow_when_the_library_lists_it(monkeypatch):
+    from codegen import vecmath
+
+    if not hasattr(vecmath, "vpow_f64"):
+        pytest.skip("codegen.vecmath has no vpow")
+    table = dict(vecmath.VECTOR_FUNCTIONS, pow="vpow")
+    monkeypatch.setattr(vecmath, "VECTOR_FUNCTIONS", table)
+    names = sorted(f"{base}_{suffix}" for base in table.values() for suffix in ("f64", "f32"))
+    monkeypatch.setattr(vecmath, "IMPORT_LINE", f"from codegen.vecmath import ({', '.join(names)})")
+    g = symgrad.trace(lambda x: (x ** 1.5 + x ** -2.5 + x ** 3 + symgrad.sqrt(x)).sum(), np.ones(8, np.float32))
+    kernel = emit_numba(g, "forward").kernels[0]
+    assert "vpow_f32(x_in, 1.5)" in kernel and "vpow_f32(x_in, -2.5)" in kernel
+    assert "x_in**3" in kernel and "sqrt(x_in)" in kernel      # integer powers multiply; sqrt is an instruction
+    assert "vpow" not in emit_numba(g, "forward", math="libm").kernels[0]
+
+
 def test_an_empty_library_keeps_every_function_libm(monkeypatch):
     from codegen import vecmath
 
@@ -292,6 +308,30 @@ def test_math_is_part_of_the_cache_key():
     libm_source = f.inspect(t).joint_source
     assert vector_source != libm_source and libm_source.startswith("# math='libm'")
     assert f.stats()["traces"] == 2
+
+
+def test_blocked_execution_with_vector_loops_and_numpy_between_them():
+    """A 1-D graph whose loops are split by a function vecmath lacks (numpy's atan) still runs in
+    blocks under math="vector": the loops' partial sums (radd) add up per block in the glue."""
+    from codegen.numba_emit import BLOCK_ELEMENTS
+    from codegen.simd import simd_functions
+
+    if "atan" not in simd_functions("float64") or "atan" in vector_functions()[0]:
+        pytest.skip("needs atan offloaded to numpy (SVML) and absent from codegen.vecmath")
+
+    def loss(t):
+        return (symgrad.atan(t * 0.5) * symgrad.exp(-t * t) + t * t).sum()
+
+    x = np.linspace(-3, 3, 2 * BLOCK_ELEMENTS + 77)
+    vg = symgrad.value_and_grad(loss)
+    value, grad = vg(x)
+    source = vg.compiled.kernels_for(x, wrt=[0], joint_kernel=True).joint_source
+    assert "run in blocks" in source and "np.arctan(" in source and "vexp_f64(" in source and "radd(" in source
+    ref_value, (ref,) = _eager(loss, [x], (0,))
+    assert_close(value, ref_value, 1e-9)
+    assert_close(grad, ref, 1e-9)
+    again = vg(x)                                   # pooled block buffers: the same result again
+    assert again[0] == value and np.array_equal(again[1], grad) and again[1] is not grad
 
 
 def test_parallel_vector_kernels_match_serial_and_are_deterministic():
