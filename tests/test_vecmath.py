@@ -671,7 +671,7 @@ def _scalar(name: str):
     return g
 
 
-def _median_time(fn, *args, repeat: int = 15) -> float:
+def _median_time(fn, *args, repeat: int = 21) -> float:
     ts = []
     for _ in range(repeat):
         t = time.perf_counter()
