@@ -169,11 +169,19 @@ class CompiledFunctionBackward(Node):
         self.kernels = kernels
         self._saved_values = saved          # split: what the forward saved; scaled: the gradients at seed 1
         self._scaled = scaled
+        self._handed_saved = False
         self._n_outputs = kernels.n_outputs
 
     def release_variables(self) -> None:
         self._released = True
         self._saved_values = None
+
+    @property
+    def _fresh_outputs(self) -> bool:
+        """Whether AccumulateGrad may keep the gradients of the last apply() without copying them
+        (the engine asks after releasing the node): new arrays made by scaling, or the saved
+        gradients handed over by a node that no longer holds them (no ``retain_graph``)."""
+        return self._scaled and (not self._handed_saved or self._saved_values is None)
 
     def apply(self, grads: list, create_graph: bool) -> list:
         if create_graph:
@@ -190,7 +198,11 @@ class CompiledFunctionBackward(Node):
                 return [None] * len(self._tensor_positions)
             scale = float(g)
             by_input = dict(zip(k.wrt, self._saved_values))
-            out = [None if by_input.get(i) is None else by_input[i] * scale for i in self._tensor_positions]
+            # ``.backward()`` seeds 1: hand over the saved gradients themselves; any other seed
+            # makes new arrays
+            self._handed_saved = scale == 1.0
+            out = [None if by_input.get(i) is None else by_input[i] if scale == 1.0 else by_input[i] * scale
+                   for i in self._tensor_positions]
             return self._check_nan(out, [np.asarray(g)]) if anomaly.STATE.enabled else out
         tangents = []
         for i in k.diff_outputs:

@@ -498,3 +498,26 @@ def _check_blocked(loss, x, dtype):
     t = symgrad.tensor(x, requires_grad=True)
     f(t).backward()
     np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=rtol, atol=rtol)
+
+
+# --- the joint strategy hands its gradients to AccumulateGrad without copies -----------------------
+
+def test_joint_gradients_are_handed_over_once_and_retained_ones_stay_intact():
+    f = symgrad.compile(lambda x: (symgrad.sin(x) * x).sum())
+    x0 = np.linspace(-1.0, 1.0, 5000)
+    want = np.sin(x0) + x0 * np.cos(x0)
+    x = symgrad.tensor(x0, requires_grad=True)
+    y = f(x)
+    saved = y.grad_fn._saved_values[0]
+    y.backward(retain_graph=True)
+    assert x.grad.numpy() is not saved                 # retained: AccumulateGrad copied it
+    y.backward(retain_graph=True)
+    y.backward(symgrad.tensor(2.0))                    # a seed other than 1, then released
+    np.testing.assert_allclose(x.grad.numpy(), 4 * want, rtol=1e-12)
+    np.testing.assert_allclose(saved, want, rtol=1e-12)  # the saved gradient was never modified
+    x2 = symgrad.tensor(x0, requires_grad=True)
+    y2 = f(x2)
+    saved2 = y2.grad_fn._saved_values[0]
+    y2.backward()                                      # released: the saved array becomes .grad
+    assert x2.grad.numpy() is saved2
+    np.testing.assert_allclose(x2.grad.numpy(), want, rtol=1e-12)

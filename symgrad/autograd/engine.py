@@ -308,7 +308,8 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                                        create_graph, slow, check_nan)
                 if not keep_graph and not node._released:
                     node.release_variables()
-                fresh_ok = not create_graph and isinstance(node, FormulaNode) and node._alias_free
+                fresh_ok = not create_graph and (isinstance(node, FormulaNode) and node._alias_free
+                                                 or node._fresh_outputs)
             metas = node._meta
             for i, (nxt, nr) in enumerate(node._next):
                 g = outputs[i]

@@ -50,6 +50,9 @@ class Node:
     _n_outputs = 1
     # False only for rule-table nodes without hooks: the engine runs those on a short path.
     _special = True
+    # True when the gradients the last apply() returned are new arrays nothing else holds, so
+    # that AccumulateGrad may keep them instead of copying (rule-table nodes: see _alias_free).
+    _fresh_outputs = False
 
     def __init__(self) -> None:
         self._seq = next(_sequence)
