@@ -1521,3 +1521,57 @@ def test_broadcast_error_happens_before_graph_is_built():
     (x * 2).sum().backward()
     assert_tensor(x.grad, [2.0, 2.0, 2.0])
 
+
+
+# --- Node.register_prehook (values recorded from PyTorch 2.13) -------------------------------------
+
+def test_node_prehook_replaces_gradients_before_the_node_and_post_hooks_see_them():
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).sum()
+    calls = []
+
+    def pre(grads):
+        calls.append(("pre", [g.tolist() for g in grads]))
+        return (grads[0] * 10,)
+
+    handle = y.grad_fn.register_prehook(pre)
+    y.grad_fn.register_hook(lambda gi, go: calls.append(("post", [g.tolist() for g in go])))
+    y.backward()
+    assert calls == [("pre", [1.0]), ("post", [10.0])]
+    assert x.grad.tolist() == [30.0, 30.0]
+    handle.remove()
+
+
+def test_node_prehook_runs_after_tensor_hooks_and_retain_grad():
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    m = x * 3
+    m.retain_grad()
+    m.register_hook(lambda g: g * 2)
+    m.grad_fn.register_prehook(lambda g: (g[0] * 5,))
+    m.sum().backward()
+    assert m.grad.tolist() == [2.0, 2.0] and x.grad.tolist() == [30.0, 30.0]
+
+
+def test_node_prehook_on_accumulate_grad_and_removal():
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    acc = (x * 1).grad_fn.next_functions[0][0]
+    handle = acc.register_prehook(lambda g: (g[0] * 7,))
+    (x * 1).sum().backward()
+    assert x.grad.tolist() == [7.0, 7.0]
+    handle.remove()
+    x.grad = None
+    (x * 1).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0]
+
+
+def test_node_prehook_bad_returns():
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).sum()
+    y.grad_fn.register_prehook(lambda g: (g[0], g[0]))
+    with pytest.raises(RuntimeError, match=r"hook '<lambda>' has returned an incorrect number of values "
+                                           r"\(got 2, but expected 1\)"):
+        y.backward()
+    y = (x * 3).sum()
+    y.grad_fn.register_prehook(lambda g: 5)
+    with pytest.raises(TypeError, match="expected tuple, but hook returned 'int'"):
+        y.backward()

@@ -210,6 +210,26 @@ def _run_tensor_hooks(node: Node, grads: list, create_graph: bool) -> None:
         grads[nr] = g
 
 
+def _run_node_pre_hooks(node: Node, grads: list, create_graph: bool) -> None:
+    """``Node.register_prehook`` hooks: each sees the gradients as a tuple and may replace them."""
+    Tensor = _tensor_cls()
+    for hook in list(node._node_pre_hooks):
+        name = getattr(hook, "__name__", "hook")
+        new = hook(tuple(None if g is None else g if create_graph else Tensor._wrap(g) for g in grads))
+        if new is None:
+            continue
+        if not isinstance(new, tuple):
+            raise TypeError(f"expected tuple, but hook returned '{type(new).__name__}'")
+        if len(new) != len(grads):
+            raise RuntimeError(f"hook '{name}' has returned an incorrect number of values "
+                               f"(got {len(new)}, but expected {len(grads)})")
+        for i, g in enumerate(new):
+            if g is not None and not isinstance(g, Tensor):
+                raise TypeError(f"hook '{name}' returned a {type(g).__name__} at index {i}; "
+                                "a node pre-hook must return Tensors or None")
+            grads[i] = None if g is None else g if create_graph else g._data
+
+
 def _retain(node: Node, grads: list, create_graph: bool) -> None:
     Tensor = _tensor_cls()
     for nr, ref in node._retain.items():
@@ -362,6 +382,9 @@ def _run_special(node, grads, owned, capture, captured, needed, allowed_leaves, 
         mine = None
     if node._retain:
         _retain(node, grads, create_graph)
+    if node._node_pre_hooks:
+        _run_node_pre_hooks(node, grads, create_graph)
+        mine = None
     if capture is not None:
         if node in capture:
             for nr, k in capture[node]:

@@ -43,6 +43,7 @@ class Node:
     _next: tuple = ()
     _meta: tuple = ()
     _pre_hooks = None
+    _node_pre_hooks = None
     _retain = None
     _post_hooks = None
     _trace = None
@@ -81,8 +82,20 @@ class Node:
         return RemovableHandle(self._post_hooks, fn)
 
     def register_prehook(self, fn):
-        """Pre-hook ``fn(grad_outputs)``; may return replacement gradients."""
-        return self._add_tensor_hook(-1, fn)
+        """Pre-hook ``fn(grad_outputs) -> tuple | None`` run before the node, after the hooks of its
+        output tensors and their ``retain_grad``; a returned tuple replaces the gradients.
+
+        >>> x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = (x * 3).sum()
+        >>> h = y.grad_fn.register_prehook(lambda grads: (grads[0] * 10,))
+        >>> y.backward(); x.grad
+        tensor([30., 30.])
+        """
+        self._special = True
+        if self._node_pre_hooks is None:
+            self._node_pre_hooks = []
+        self._node_pre_hooks.append(fn)
+        return RemovableHandle(self._node_pre_hooks, fn)
 
     def _add_tensor_hook(self, output_nr: int, fn):
         self._special = True
