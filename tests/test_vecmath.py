@@ -576,12 +576,12 @@ BENCH_RANGES = {"exp": (-50.0, 50.0), "expm1": (-5.0, 5.0), "log": (0.01, 100.0)
                 "erf": (-5.0, 5.0), "pow": (0.01, 100.0)}
 
 
-def _main() -> None:  # pragma: no cover - manual measurement
+def _main(names: list[str]) -> None:  # pragma: no cover - manual measurement
     import os
 
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
     print(f"load average before: {os.getloadavg()}")
-    for name in [*SPECS, "pow"]:
+    for name in names or [*SPECS, "pow"]:
         for dt in DTYPES:
             if getattr(vecmath, f"v{name}_{dt}", None) is None:
                 continue
@@ -681,4 +681,6 @@ def _median_time(fn, *args, repeat: int = 21) -> float:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _main()
+    import sys
+
+    _main(sys.argv[1:])
