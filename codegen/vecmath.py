@@ -60,9 +60,10 @@ pow        4.01 / 6.41 / 10.8 / 2.40            2.27 / 2.36 /  4.9 / 0.97
 =========  ===================================  ===================================
 
 (In single runs with less interference, float64 tanh took 1.9 and erf 4.6 ns "ours"; the medians above for those
-two are the noisiest cells.)  Against the scalar libm loop the vector functions are 3-18x faster; against numpy's
-SIMD ufuncs they are within 1.1-2x in float64 (and 10-20x faster for sin/cos, which numpy runs scalar in
-float64), and 1.2-4x slower in float32, where numpy uses 16 float32 lanes and we 8 float64 ones.
+two are the noisiest cells.)  Against the scalar libm loop the vector functions are 2-22x faster (pow 2-3x, the
+rest 3-22x); against numpy's SIMD ufuncs they are 1.2-2x slower in float64 (tanh 1.2-3x across runs; sin/cos
+16x faster: numpy runs them scalar in float64; erf 2-3x faster than scipy's), and 1.2-4x slower in float32,
+where numpy uses 16 float32 lanes and we 8 float64 ones.
 
 Vector code (``inspect_asm`` of the loops, 512-bit): zmm ``vfmadd213pd``/``vfmadd231pd`` chains,
 ``vrndscalepd`` (llvm.rint), ``vpsllq``/``vpsraq``/``vpaddq`` on the exponent bits, ``vcmp*pd`` into mask
