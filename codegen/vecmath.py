@@ -200,16 +200,69 @@ _SHIFTER = 6755399441055744.0
 _SHIFTER_BITS = 0x4338000000000000
 
 
-@_jit
-def _float_to_int(k):
+# The small helpers below are intrinsics rather than inlined functions: Numba inlines an ``inline="always"``
+# function by deep-copying and re-running passes over its IR at every call site, which made up most of the
+# compile time of a loop using several of these functions.  An intrinsic emits its few LLVM instructions directly
+# (and, having no fastmath flags of its own, keeps its exact arithmetic whatever flags the caller uses).
+_I64 = ir.IntType(64)
+_F64 = ir.DoubleType()
+
+
+@intrinsic
+def _float_to_int(typingctx, k):
     """int64 of an integer-valued float64 with |k| < 2**51 (never nan: callers replace nan first)."""
-    return _as_int(k + _SHIFTER) - _SHIFTER_BITS
+    if k == types.float64:
+
+        def codegen(context, builder, sig, args):
+            shifted = builder.fadd(args[0], ir.Constant(_F64, _SHIFTER))
+            return builder.sub(builder.bitcast(shifted, _I64), ir.Constant(_I64, _SHIFTER_BITS))
+
+        return types.int64(k), codegen
+    return None
 
 
-@_jit
-def _pow2(k):
+@intrinsic
+def _int_to_float(typingctx, e):
+    """float64 of an int64 |e| < 2**51 (sitofp of a vector needs AVX-512DQ; this is two integer/float ops)."""
+    if isinstance(e, types.Integer):
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[0], e, types.int64)
+            biased = builder.bitcast(builder.add(v, ir.Constant(_I64, _SHIFTER_BITS)), _F64)
+            return builder.fsub(biased, ir.Constant(_F64, _SHIFTER))
+
+        return types.float64(e), codegen
+    return None
+
+
+@intrinsic
+def _pow2(typingctx, k):
     """2.0**k for an int64 -1022 <= k <= 1023."""
-    return _as_float((k + 1023) << 52)
+    if isinstance(k, types.Integer):
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[0], k, types.int64)
+            return builder.bitcast(builder.shl(builder.add(v, ir.Constant(_I64, 1023)), ir.Constant(_I64, 52)), _F64)
+
+        return types.float64(k), codegen
+    return None
+
+
+@intrinsic
+def _two_sum(typingctx, a, b):
+    """(s, t) with s = fl(a + b) and s + t = a + b exactly (no condition on |a|, |b|)."""
+    if a == types.float64 and b == types.float64:
+        tup = types.UniTuple(types.float64, 2)
+
+        def codegen(context, builder, sig, args):
+            x, y = args
+            s = builder.fadd(x, y)
+            bb = builder.fsub(s, x)
+            t = builder.fadd(builder.fsub(x, builder.fsub(s, bb)), builder.fsub(y, bb))
+            return context.make_tuple(builder, tup, (s, t))
+
+        return tup(a, b), codegen
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -300,15 +353,6 @@ def vexp_f32(x):
 
 
 @_jit
-def _two_sum(a, b):
-    """(s, t) with s = fl(a + b) and s + t = a + b exactly (no condition on |a|, |b|)."""
-    s = a + b
-    bb = s - a
-    t = (a - (s - bb)) + (b - bb)
-    return s, t
-
-
-@_jit
 def _expm1_64(x):
     xc = x if x > -60.0 else -60.0  # expm1(x) rounds to -1 below about -37.4
     xc = xc if xc < 720.0 else 720.0
@@ -387,12 +431,6 @@ def _log1p_reduced(f):
     R = _fma(z, R, _LR0)
     hfsq = 0.5 * f * f
     return f - (hfsq - s * _fma(z, R, hfsq))
-
-
-@_jit
-def _int_to_float(e):
-    """float64 of an int64 |e| < 2**51 (sitofp of a vector needs AVX-512DQ; this is two integer/float ops)."""
-    return _as_float(e + _SHIFTER_BITS) - _SHIFTER
 
 
 @_jit
