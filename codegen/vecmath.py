@@ -317,7 +317,8 @@ def _expm1_poly(r):
 
 
 @_jit
-def _exp64(x):
+def vexp_f64(x):
+    """exp(x) for float64 (max error about 0.5 ulp; numpy's special values and boundaries)."""
     # Clamp so that k fits the exponent arithmetic; results beyond the clamp are inf or 0 anyway.
     # Written as selects (nan fails both compares and is patched at the end).
     xc = x if x > -750.0 else -750.0
@@ -333,10 +334,7 @@ def _exp64(x):
     return x if x != x else y
 
 
-@_jit
-def vexp_f64(x):
-    """exp(x) for float64 (max error about 0.5 ulp; numpy's special values and boundaries)."""
-    return _exp64(x)
+_exp64 = vexp_f64  # the name the other functions here use
 
 
 @_jit
@@ -353,7 +351,8 @@ def vexp_f32(x):
 
 
 @_jit
-def _expm1_64(x):
+def vexpm1_f64(x):
+    """expm1(x) = exp(x) - 1 for float64, accurate also for tiny |x|."""
     xc = x if x > -60.0 else -60.0  # expm1(x) rounds to -1 below about -37.4
     xc = xc if xc < 720.0 else 720.0
     xc = xc if abs(x) > _TINY else 0.0
@@ -377,10 +376,7 @@ def _expm1_64(x):
     return x if (x != x) | (abs(x) <= _TINY) else y
 
 
-@_jit
-def vexpm1_f64(x):
-    """expm1(x) = exp(x) - 1 for float64, accurate also for tiny |x|."""
-    return _expm1_64(x)
+_expm1_64 = vexpm1_f64  # the name the other functions here use
 
 
 @_jit
@@ -434,7 +430,8 @@ def _log1p_reduced(f):
 
 
 @_jit
-def _log64(x):
+def vlog_f64(x):
+    """Natural logarithm for float64: log(0) = -inf, log(x < 0) = nan."""
     # Subnormal x: scale into the normal range first (a select, so the vector path stays straight).
     sub = x < _SMALLEST_NORMAL
     u = x * _TWO54 if sub else x
@@ -449,10 +446,7 @@ def _log64(x):
     return math.nan if (x < 0.0) | (x != x) else y
 
 
-@_jit
-def vlog_f64(x):
-    """Natural logarithm for float64: log(0) = -inf, log(x < 0) = nan."""
-    return _log64(x)
+_log64 = vlog_f64  # the name the other functions here use
 
 
 @_jit
@@ -462,7 +456,8 @@ def vlog_f32(x):
 
 
 @_jit
-def _log1p64(x):
+def vlog1p_f64(x):
+    """log(1 + x) for float64, accurate also for tiny |x|."""
     u = 1.0 + x
     # (1 + x) - u exactly, divided by u: the rounding of u, as a relative correction.
     c = (1.0 - (u - x)) if u >= 2.0 else (x - (u - 1.0))
@@ -481,10 +476,7 @@ def _log1p64(x):
     return math.nan if (x < -1.0) | (x != x) else y
 
 
-@_jit
-def vlog1p_f64(x):
-    """log(1 + x) for float64, accurate also for tiny |x|."""
-    return _log1p64(x)
+_log1p64 = vlog1p_f64  # the name the other functions here use
 
 
 @_jit
@@ -570,36 +562,32 @@ def _sin_quadrant(r, q):
 
 
 @_jit
-def _sin64(x):
+def vsin_f64(x):
+    """sin(x) for float64; exact reduction only for |x| <= SIN_COS_LIMIT_F64 (see the module docstring)."""
     r, q = _sincos_reduce(x)
     y = _sin_quadrant(r, q)
     y = x if abs(x) < 1e-9 else y  # sin(x) rounds to x there; keeps -0.0 and subnormals exact
     return y if abs(x) <= SIN_COS_LIMIT_F64 else math.nan
 
 
+_sin64 = vsin_f64  # the name the other functions here use
+
+
 @_jit
-def _cos64(x):
+def vcos_f64(x):
+    """cos(x) for float64; exact reduction only for |x| <= SIN_COS_LIMIT_F64 (see the module docstring)."""
     r, q = _sincos_reduce(x)
     y = _sin_quadrant(r, (q + 1) & 3)
     return y if abs(x) <= SIN_COS_LIMIT_F64 else math.nan
 
 
-@_jit
-def vsin_f64(x):
-    """sin(x) for float64; exact reduction only for |x| <= SIN_COS_LIMIT_F64 (see the module docstring)."""
-    return _sin64(x)
+_cos64 = vcos_f64  # the name the other functions here use
 
 
 @_jit
 def vsin_f32(x):
     """sin(x) for float32 (computed in float64); |x| <= SIN_COS_LIMIT_F32 (see the module docstring)."""
     return np.float32(_sin32(np.float64(x)))
-
-
-@_jit
-def vcos_f64(x):
-    """cos(x) for float64; exact reduction only for |x| <= SIN_COS_LIMIT_F64 (see the module docstring)."""
-    return _cos64(x)
 
 
 @_jit
@@ -641,7 +629,8 @@ _T10 = -2.0590130307946973e-05
 
 
 @_jit
-def _tanh64(x):
+def vtanh_f64(x):
+    """tanh(x) for float64."""
     # |x| < 0.55: odd polynomial (keeps -0.0 and tiny x exact).  Beyond: 1 - 2/(exp(2|x|) + 1), where
     # 2/(e + 1) <= 1/2, so its rounding errors shrink in the subtraction instead of growing.
     xs = x if abs(x) > _TINY else 0.0  # no subnormal x*x
@@ -664,10 +653,7 @@ def _tanh64(x):
     return x if abs(x) <= _TINY else y  # also keeps -0.0 (fma(-0 * z, T, -0) is +0)
 
 
-@_jit
-def vtanh_f64(x):
-    """tanh(x) for float64."""
-    return _tanh64(x)
+_tanh64 = vtanh_f64  # the name the other functions here use
 
 
 @_jit
@@ -677,7 +663,8 @@ def vtanh_f32(x):
 
 
 @_jit
-def _sigmoid64(x):
+def vsigmoid_f64(x):
+    """Logistic sigmoid 1 / (1 + exp(-x)) for float64."""
     # e = exp(-|x|) in (0, 1]: sigmoid = 1/(1 + e) for x >= 0 and e/(1 + e) for x < 0, never exp of a large
     # positive number (no spurious overflow) and one division either way.
     e = _exp64(-abs(x))
@@ -692,10 +679,7 @@ def _sigmoid64(x):
     return _fma(res, inv, q)
 
 
-@_jit
-def vsigmoid_f64(x):
-    """Logistic sigmoid 1 / (1 + exp(-x)) for float64."""
-    return _sigmoid64(x)
+_sigmoid64 = vsigmoid_f64  # the name the other functions here use
 
 
 @_jit
@@ -879,7 +863,8 @@ def _erf_row(a, top):
 
 
 @_jit
-def _erf64(x):
+def verf_f64(x):
+    """Error function for float64."""
     a = abs(x)
     xs = x if a > _TINY else 0.0  # no subnormal x*x
     z = xs * xs
@@ -905,6 +890,9 @@ def _erf64(x):
     return x if (x != x) | (x == 0.0) else y
 
 
+_erf64 = verf_f64  # the name the other functions here use
+
+
 @_jit
 def _erf32(x):
     """erf for a float32 argument widened to float64, accurate to about 1e-10 (enough for float32 rounding)."""
@@ -927,12 +915,6 @@ def _erf32(x):
     y = small if a < 0.5 else v
     y = x * _EP0 if a <= _TINY else y
     return x if (x != x) | (x == 0.0) else y
-
-
-@_jit
-def verf_f64(x):
-    """Error function for float64."""
-    return _erf64(x)
 
 
 @_jit
