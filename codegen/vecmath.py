@@ -265,6 +265,25 @@ def _two_sum(typingctx, a, b):
     return None
 
 
+@intrinsic
+def _horner(typingctx, x, coeffs):
+    """c0 + x (c1 + x (c2 + ...)) by FMA, for a tuple of float64 coefficients (constant term first)."""
+    if x == types.float64 and isinstance(coeffs, types.UniTuple) and coeffs.dtype == types.float64:
+        n = coeffs.count
+
+        def codegen(context, builder, sig, args):
+            xv, cs = args
+            fnty = ir.FunctionType(_F64, [_F64] * 3)
+            fma = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.f64")
+            acc = builder.extract_value(cs, n - 1)
+            for i in range(n - 2, -1, -1):
+                acc = builder.call(fma, [xv, acc, builder.extract_value(cs, i)])
+            return acc
+
+        return types.float64(x, coeffs), codegen
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # exp.  x = k*ln2 + r with |r| <= ln2/2 (FMA with ln2 in two parts: the first product is exact, see below), then
 # exp(r) = 1 + r + r^2 q(r) with q a degree-9 fit (relative error of q 2.3e-16, i.e. 1.4e-17 of the result), and
@@ -291,6 +310,9 @@ _EQ8 = 2.7620034047290677e-07
 _EQ9 = 2.5068150786058597e-08
 
 
+_EQ64 = (_EQ0, _EQ1, _EQ2, _EQ3, _EQ4, _EQ5, _EQ6, _EQ7, _EQ8, _EQ9)
+
+
 @_jit
 def _exp_reduce(x):
     """(k, r) with x = k*ln2 + r, |r| <= ln2/2 + tiny; x must be finite with |x| < 2**40."""
@@ -304,16 +326,7 @@ def _exp_reduce(x):
 @_jit
 def _expm1_poly(r):
     """exp(r) - 1 - r for |r| <= ln2/2 (so exp(r) = 1 + (r + this))."""
-    q = _fma(r, _EQ9, _EQ8)
-    q = _fma(r, q, _EQ7)
-    q = _fma(r, q, _EQ6)
-    q = _fma(r, q, _EQ5)
-    q = _fma(r, q, _EQ4)
-    q = _fma(r, q, _EQ3)
-    q = _fma(r, q, _EQ2)
-    q = _fma(r, q, _EQ1)
-    q = _fma(r, q, _EQ0)
-    return r * r * q
+    return r * r * _horner(r, _EQ64)
 
 
 @_jit
@@ -419,12 +432,7 @@ def _log1p_reduced(f):
     """log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]."""
     s = f / (2.0 + f)
     z = s * s
-    R = _fma(z, _LR6, _LR5)
-    R = _fma(z, R, _LR4)
-    R = _fma(z, R, _LR3)
-    R = _fma(z, R, _LR2)
-    R = _fma(z, R, _LR1)
-    R = _fma(z, R, _LR0)
+    R = _horner(z, (_LR0, _LR1, _LR2, _LR3, _LR4, _LR5, _LR6))
     hfsq = 0.5 * f * f
     return f - (hfsq - s * _fma(z, R, hfsq))
 
@@ -530,23 +538,18 @@ def _sincos_reduce(x):
     return r, q
 
 
+_S64 = (_S0, _S1, _S2, _S3, _S4, _S5)
+_C64 = (_C0, _C1, _C2, _C3, _C4, _C5)
+
+
 @_jit
 def _sin_poly(r, z):
-    S = _fma(z, _S5, _S4)
-    S = _fma(z, S, _S3)
-    S = _fma(z, S, _S2)
-    S = _fma(z, S, _S1)
-    S = _fma(z, S, _S0)
-    return _fma(r * z, S, r)
+    return _fma(r * z, _horner(z, _S64), r)
 
 
 @_jit
 def _cos_poly(z):
-    C = _fma(z, _C5, _C4)
-    C = _fma(z, C, _C3)
-    C = _fma(z, C, _C2)
-    C = _fma(z, C, _C1)
-    C = _fma(z, C, _C0)
+    C = _horner(z, _C64)
     hz = 0.5 * z
     w = 1.0 - hz
     # 1 - hz rounded, plus what that rounding lost, plus the tail.
@@ -635,16 +638,7 @@ def vtanh_f64(x):
     # 2/(e + 1) <= 1/2, so its rounding errors shrink in the subtraction instead of growing.
     xs = x if abs(x) > _TINY else 0.0  # no subnormal x*x
     z = xs * xs
-    T = _fma(z, _T10, _T9)
-    T = _fma(z, T, _T8)
-    T = _fma(z, T, _T7)
-    T = _fma(z, T, _T6)
-    T = _fma(z, T, _T5)
-    T = _fma(z, T, _T4)
-    T = _fma(z, T, _T3)
-    T = _fma(z, T, _T2)
-    T = _fma(z, T, _T1)
-    T = _fma(z, T, _T0)
+    T = _horner(z, (_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8, _T9, _T10))
     small = _fma(xs * z, T, xs)
     a = abs(x)
     large = 1.0 - 2.0 / (_exp64(a + a) + 1.0)
@@ -868,13 +862,7 @@ def verf_f64(x):
     a = abs(x)
     xs = x if a > _TINY else 0.0  # no subnormal x*x
     z = xs * xs
-    P = _fma(z, _EP8, _EP7)
-    P = _fma(z, P, _EP6)
-    P = _fma(z, P, _EP5)
-    P = _fma(z, P, _EP4)
-    P = _fma(z, P, _EP3)
-    P = _fma(z, P, _EP2)
-    P = _fma(z, P, _EP1)
+    P = _horner(z, (_EP1, _EP2, _EP3, _EP4, _EP5, _EP6, _EP7, _EP8))
     # x (c0 + z P) with c0 = 2/sqrt(pi) in two parts: x*c0 is the bulk and is rounded only once, in the FMA.
     small = _fma(xs, _EP0, _fma(xs, _EP0_LO, xs * z * P))
     j, t = _erf_row(a, 5.999)
@@ -899,12 +887,7 @@ def _erf32(x):
     a = abs(x)
     xs = x if a > _TINY else 0.0
     z = xs * xs
-    P = _fma(z, _EQ32_5, _EQ32_4)
-    P = _fma(z, P, _EQ32_3)
-    P = _fma(z, P, _EQ32_2)
-    P = _fma(z, P, _EQ32_1)
-    P = _fma(z, P, _EQ32_0)
-    small = xs * P
+    small = xs * _horner(z, (_EQ32_0, _EQ32_1, _EQ32_2, _EQ32_3, _EQ32_4, _EQ32_5))
     j, t = _erf_row(a, 3.999)
     base = j * 7
     v = _ERF_TABLE32[base + 6]
@@ -955,6 +938,8 @@ def _pow_log_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 _POW_INVC, _POW_LOGC_HI, _POW_LOGC_LO = _pow_log_table()
+# (log1p(r) - r + r^2/2) / r^3 by its Taylor series (|r| < 0.0039: the next term is below 2^-70 of the result)
+_LOG1P_TAYLOR = (1.0 / 3.0, -0.25, 1.0 / 5.0, -1.0 / 6.0, 1.0 / 7.0, -1.0 / 8.0, 1.0 / 9.0)
 _LN2_HI42 = 0.6931471805598903  # ln2 with 42 significant bits: e * _LN2_HI42 is exact for |e| < 2^11
 _LN2_LO42 = 5.497923018708371e-14
 
@@ -979,12 +964,7 @@ def _log_dd(ax):
     p_lo = _fma(m, invc, -p)  # m*invc = p + p_lo exactly
     r = p - 1.0  # exact (p in [0.99, 1.01])
     # log1p(r + p_lo) = r - r^2/2 + r^3 (1/3 - r/4 + ...) + p_lo (1 - r) + O(p_lo^2)
-    P = _fma(r, 1.0 / 9.0, -1.0 / 8.0)
-    P = _fma(r, P, 1.0 / 7.0)
-    P = _fma(r, P, -1.0 / 6.0)
-    P = _fma(r, P, 1.0 / 5.0)
-    P = _fma(r, P, -0.25)
-    P = _fma(r, P, 1.0 / 3.0)
+    P = _horner(r, _LOG1P_TAYLOR)
     rr = r * r
     h_hi = -0.5 * rr
     h_lo = -0.5 * _fma(r, r, -rr)
@@ -1105,12 +1085,7 @@ _T32 = (-0.3333333329481949, 0.13333324158585505, -0.05396468766493171, 0.021818
 
 @_jit
 def _expm1_poly32(r):
-    q = _fma(r, _EQ32[5], _EQ32[4])
-    q = _fma(r, q, _EQ32[3])
-    q = _fma(r, q, _EQ32[2])
-    q = _fma(r, q, _EQ32[1])
-    q = _fma(r, q, _EQ32[0])
-    return r * r * q
+    return r * r * _horner(r, _EQ32)
 
 
 @_jit
@@ -1145,9 +1120,7 @@ def _log32_core(u):
     e, f = _log_mantissa(u)
     s = f / (2.0 + f)
     z = s * s
-    R = _fma(z, _LR32[3], _LR32[2])
-    R = _fma(z, R, _LR32[1])
-    R = _fma(z, R, _LR32[0])
+    R = _horner(z, _LR32)
     hfsq = 0.5 * f * f
     lm = f - (hfsq - s * _fma(z, R, hfsq))
     ef = _int_to_float(e)
@@ -1180,13 +1153,8 @@ def _log1p32(x):
 @_jit
 def _sin_quadrant32(r, q):
     z = r * r
-    S = _fma(z, _S32[3], _S32[2])
-    S = _fma(z, S, _S32[1])
-    S = _fma(z, S, _S32[0])
-    sn = _fma(r * z, S, r)
-    C = _fma(z, _C32[3], _C32[2])
-    C = _fma(z, C, _C32[1])
-    C = _fma(z, C, _C32[0])
+    sn = _fma(r * z, _horner(z, _S32), r)
+    C = _horner(z, _C32)
     cs = _fma(z * z, C, 1.0 - 0.5 * z)
     v = cs if (q & 1) == 1 else sn
     return -v if (q & 2) == 2 else v
@@ -1210,11 +1178,7 @@ def _cos32(x):
 @_jit
 def _tanh32(x):
     z = x * x
-    T = _fma(z, _T32[5], _T32[4])
-    T = _fma(z, T, _T32[3])
-    T = _fma(z, T, _T32[2])
-    T = _fma(z, T, _T32[1])
-    T = _fma(z, T, _T32[0])
+    T = _horner(z, _T32)
     small = _fma(x * z, T, x)
     a = abs(x)
     ac = a if a < 10.0 else 10.0  # tanh rounds to 1 in float32 from 9.01
