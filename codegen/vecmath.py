@@ -87,7 +87,11 @@ or-reduces ``sincos_out_of_range_f64(arg)`` (vectorises) and, if any lane was ou
 that loop with libm (``math.sin``).  For such lanes ``vsin``/``vcos`` return nan (loud if a caller forgets the
 check; numpy gives nan for nan and +-inf, which are not flagged).
 
-Compile cost: each function inlined into a loop adds roughly 0.1-0.3 s of Numba/LLVM time (pow about 0.7 s).
+Compile cost: Numba inlines an ``inline="always"`` function by deep-copying its IR and re-running passes at each
+call site, which dominated compile time; so the small helpers (float<->int, 2^k, TwoSum, Horner) are intrinsics
+and the public float64 functions are the implementations themselves.  Measured (first compile in a warm process,
+light load): a loop of one function 0.15-0.25 s (a plain ``np.exp`` loop: 0.06 s); a W1-like loop body with sin,
+exp, log1p, tanh and cos 0.77 s (0.98 s before those changes); pow about 0.7 s.
 """
 
 from __future__ import annotations
