@@ -372,7 +372,8 @@ def test_huge_sin_cos_arguments_are_flagged(name, dt):
     checked = _checked_loop(name, dt)
     out = np.empty_like(x)
     checked(x, out)
-    ref = SPECS[name]["np"](x)
+    with np.errstate(invalid="ignore"):
+        ref = SPECS[name]["np"](x)
     assert np.array_equal(out, ref, equal_nan=True), (out, ref)
 
 
