@@ -23,7 +23,7 @@ each function (uniform, log-uniform in |x| over all magnitudes incl. subnormal, 
 =========  =======  =======  ===================================================================
 function   float64  float32  where the float64 maximum is / note
 =========  =======  =======  ===================================================================
-exp        1.00     0.50     subnormal results (p * 2^k1 * 2^k2 rounds twice); else 0.5x
+exp        1.00     0.50     r and 1 + (r + r^2 q) round separately; subnormal results also 1.0
 expm1      1.19     0.51     x near +-ln2/2 (k = +-1)
 log        1.18     0.50     x near 0.7
 log1p      1.27     0.50     x near -0.32
