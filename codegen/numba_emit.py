@@ -110,7 +110,7 @@ def vector_functions(math: str = "vector") -> tuple[dict, str]:
     line = getattr(vecmath, "IMPORT_LINE", "")
     if not table or not line:
         return {}, ""
-    # vsin/vcos are accurate up to a limit; a loop using them checks its arguments (RANGE_CHECKS)
+    # vsin/vcos are accurate up to an argument size; a loop using them checks its arguments (RANGE_CHECK)
     if any(f in table for f in _RANGE_CHECKED):
         checks = [f"{RANGE_CHECK}_{s}" for s in ("f64", "f32")]
         if all(hasattr(vecmath, c) for c in checks):
@@ -258,9 +258,10 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     elements and more than one Numba thread).  ``offload``: elementary functions that numpy
     vectorises on this CPU run as numpy calls between the loops (:mod:`codegen.simd`) instead
     of as scalar libm calls inside them.  ``math="vector"``: the functions :mod:`codegen.vecmath`
-    provides are inlined into the loops as branch-free code LLVM vectorises (they are then never
-    offloaded), and loop reductions may be reassociated (:func:`~codegen.scalar_math.radd`), so
-    whole loops vectorise; ``"libm"``: scalar libm calls and in-order sums, as before.
+    provides are inlined into the loops as branch-free code LLVM vectorises (float64 ones are then
+    never offloaded; float32 ones only where numpy has no SIMD code for them), and loop reductions
+    may be reassociated (:func:`~codegen.scalar_math.radd`), so whole loops vectorise; ``"libm"``:
+    scalar libm calls and in-order sums, as before.
     """
     vector, vector_import = vector_functions(math)
     vectorise = math == "vector"
