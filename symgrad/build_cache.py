@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import dtype as Dtype
+from .dtypes import to_dtype
 from .ir.graph import Graph, IndexRef, Value
 
 log = logging.getLogger("symgrad.cache")
@@ -118,6 +120,8 @@ def _encode_value(v: Any) -> Any:
         return {"scalar": _encode_value(np.asarray(v))}
     if isinstance(v, np.dtype):
         return {"dtype": v.str}
+    if isinstance(v, Dtype):
+        return {"symgrad_dtype": v.name}
     if isinstance(v, slice):
         return {"slice": [_encode_value(v.start), _encode_value(v.stop), _encode_value(v.step)]}
     if v is Ellipsis:
@@ -146,6 +150,8 @@ def _decode_value(d: Any) -> Any:
         return _decode_value(body)[()]
     if tag == "dtype":
         return np.dtype(body)
+    if tag == "symgrad_dtype":
+        return to_dtype(body)
     if tag == "slice":
         return slice(*(_decode_value(x) for x in body))
     if tag == "ellipsis":
@@ -168,8 +174,6 @@ def _fingerprint_arg(a: Any) -> Any:
         return ["l" if isinstance(a, list) else "t", [_fingerprint_arg(x) for x in a]]
     if isinstance(a, np.ndarray) and a.size > 64:   # large constants by hash
         return ["a", a.dtype.str, list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()]
-    if hasattr(a, "np") and hasattr(a, "is_floating_point"):   # a symgrad dtype argument
-        return ["dtype", a.name]
     return _encode_value(a)
 
 

@@ -83,8 +83,9 @@ def test_a_graph_that_cannot_be_fingerprinted_exactly_is_not_cached():
     assert build_cache.build_key(g, wrt=[0]) is None
 
 
-@pytest.mark.parametrize("value", [None, True, 3, -2**70, 0.1, -0.0, float("inf"), "s", (1, 2.5), [None, slice(1, None, 2)],
-                                   Ellipsis, np.float32(1.5), np.dtype("int8"), {"a": 1},
+@pytest.mark.parametrize("value", [None, True, 3, -2**70, 0.1, -0.0, float("inf"), "s", (1, 2.5),
+                                   [None, slice(1, None, 2)], Ellipsis, np.float32(1.5), np.dtype("int8"),
+                                   symgrad.float32, {"a": 1},
                                    np.arange(6, dtype=np.int16).reshape(2, 3)])
 def test_constants_round_trip_exactly(value):
     back = build_cache._decode_value(json.loads(json.dumps(build_cache._encode_value(value))))
