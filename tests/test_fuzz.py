@@ -873,6 +873,7 @@ def run_program(prog: Program, dtype_name: str) -> None:
         STATS[dtype_name]["gradchecks"] += 1
     STATS[dtype_name]["examples"] += 1
     STATS[dtype_name]["seconds"] += time.perf_counter() - t0
+    _write_report()
 
 
 # --- profiles ----------------------------------------------------------------------------------
@@ -891,14 +892,14 @@ def _profile(dtype_name: str) -> settings:
     return settings(max_examples=n, **_BASE)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _report():
-    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran, per dtype (for the README's table)."""
-    yield
+def _write_report() -> None:
+    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran so far, per dtype (for the README's
+    table); rewritten after every program, so a run stopped by a time limit still reports."""
     path = os.environ.get("SYMGRAD_FUZZ_REPORT")
     if path:
-        with open(path, "w") as f:
+        with open(path + ".part", "w") as f:
             json.dump({"profile": "long" if LONG else "default", **STATS}, f, indent=1)
+        os.replace(path + ".part", path)
 
 
 def _slow_when_long(test):
