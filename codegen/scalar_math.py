@@ -90,8 +90,10 @@ def radd(typingctx, acc, value):
     only this add (``reassoc``) lets the vectoriser keep several partial sums (one per vector
     lane and interleaved copy) and add them up after the loop, while every other operation of
     the kernel, and of the inlined elementary functions, keeps IEEE order.  The summation order
-    is fixed by the compiled code: the same on every call and thread count on one machine; a CPU
-    with other vector widths may round the last bits differently.
+    is fixed by the compiled code: the same on every call and thread count on one machine for
+    arrays of the same layout; a non-contiguous argument (another Numba specialisation, or LLVM's
+    scalar path for a stride it did not vectorise for) or a CPU with other vector widths may
+    round the last bits differently.
 
     >>> @numba.njit
     ... def total(a):
