@@ -41,6 +41,7 @@ called in their inline forms (``vexp_f64``, ...), and a sum the loop carries is 
 @njit(error_model='numpy')
 def group_0(x, n0):
     wide_vectors()  # vectorise with the widest vectors the CPU has
+    distinct_arrays()  # the glue never passes overlapping arrays
     acc_0 = 0.0
     for i0 in range(n0):
         x_in = x[i0]
@@ -655,6 +656,8 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     flag = "range_c" if chunked else "out_of_range"
     if vectorise and not chunked:
         lines.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
+        # no run-time overlap checks: with them a sum's order depended on where the arrays were
+        lines.append("    distinct_arrays()  # the glue never passes overlapping arrays")
     if checked:
         lines.append(f"    out_of_range = {'np.zeros(' + str(PARALLEL_CHUNKS) + ', np.bool_)' if chunked else 'False'}"
                      "  # any sin/cos argument beyond the vector functions' range?")
