@@ -149,7 +149,9 @@ class FormulaPrinter(PythonCodePrinter):
 
     def _print_Pow(self, expr, rational=False):
         base, e = expr.args
-        if e == sympy.S.Half:
+        # x**0.5 is sqrt(x), as numpy computes it: C's pow gives +inf at -inf where numpy gives nan
+        # (sympy's Float(0.5) does not compare equal to its Half)
+        if e == sympy.S.Half or (e.is_Float and float(e) == 0.5):
             return f"sqrt({self._print(base)})"
         if e == -sympy.S.Half:
             return f"1/sqrt({self._print(base)})"
