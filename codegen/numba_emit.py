@@ -76,6 +76,12 @@ PARALLEL_CHUNKS = 64
 # this project's 2-vCPU VM, two threads only paid at 1e7 elements (W1: 0.91x the serial kernel).
 PARALLEL_MIN_ELEMENTS = 1 << 22
 
+# At most this many inlined vector elementary functions per kernel; a loop with more keeps libm
+# calls.  Numba inlines each call site separately and its compile time and memory grow faster than
+# linearly with their number (measured: 9 call sites 2.2 s, 15 3.2 s, 30 7.5 s and 450 MiB; a
+# chain of 1000 ops, about 750 sites, ran out of 24 GiB).  W1's joint kernel has 9.
+MAX_VECTOR_CALLS = 16
+
 
 def _parallel_loop(grp: Group, option) -> bool:
     if option != "auto":
@@ -317,7 +323,9 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             emitted_groups.add(id(grp))
             k = len(kernels)
             in_parallel = _parallel_loop(grp, parallel) if block is None else False
-            source, constants, checked = _kernel_source(grp, k, names, needed, in_parallel, vector, vectorise)
+            # a loop with many elementary functions keeps libm calls (bounded compile time and memory)
+            grp_vector = vector if _vector_calls(grp, vector) <= MAX_VECTOR_CALLS else {}
+            source, constants, checked = _kernel_source(grp, k, names, needed, in_parallel, grp_vector, vectorise)
             kernels.append(decorator(in_parallel, fastmath, vectorise) + "\n" + source)
             if checked:   # the same loop with libm sin/cos, for arguments beyond the vector range
                 twin, _, _ = _kernel_source(grp, f"{k}_libm", names, needed, in_parallel)
@@ -602,6 +610,14 @@ def _kernel_name(name: str) -> str:
     """A kernel parameter's name: no trailing underscore (``exp_`` -> ``exp_arr``), because Numba's
     parfor lowering renames ``a_`` to ``a__``, which can collide with another variable."""
     return name.rstrip("_") + "_arr" if name.endswith("_") else name
+
+
+def _vector_calls(grp: Group, vector: dict) -> int:
+    """How many calls of inlined vector functions the loop of ``grp`` would make."""
+    if not vector:
+        return 0
+    return sum(1 for n in grp.nodes for f in n.expr.atoms(sympy.Function)
+               if FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector)
 
 
 def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel: bool, vector: dict | None = None,

@@ -417,3 +417,31 @@ def test_hot_loops_use_packed_vector_instructions(name):
             assert re.search(r"\bvaddpd\s+[^\n]*%[yz]mm", asm), f"{name} {src}: its sum is not vectorised"
             checked += 1
     assert checked >= 1
+
+
+# --- bounded compile cost -------------------------------------------------------------------------
+
+def test_a_loop_with_many_elementary_functions_keeps_libm_calls():
+    """Numba inlines every vector call site separately (a 1000-op chain ran out of 24 GiB): past
+    MAX_VECTOR_CALLS per loop, the loop calls libm, and the result is still eager's."""
+    from codegen.numba_emit import MAX_VECTOR_CALLS
+
+    def chain(x, n):
+        for k in range(n):
+            x = symgrad.sin(x) if k % 2 == 0 else symgrad.tanh(x) * 0.9 + 0.1
+        return x.sum()
+
+    x = np.linspace(-2.0, 2.0, 64)
+    few = symgrad.value_and_grad(lambda t: chain(t, 4))
+    many = symgrad.value_and_grad(lambda t: chain(t, 2 * MAX_VECTOR_CALLS))
+    few(x)
+    value, grad = many(x)
+    few_src = list(few.compiled._kernels.values())[0].joint_source
+    many_src = list(many.compiled._kernels.values())[0].joint_source
+    assert "vsin_f64(" in few_src
+    assert "vsin_f64(" not in many_src and "vtanh_f64(" not in many_src and " sin(" in many_src
+    t = symgrad.tensor(x, requires_grad=True)
+    ref = chain(t, 2 * MAX_VECTOR_CALLS)
+    ref.backward()
+    np.testing.assert_allclose(value, ref.item(), rtol=1e-12)
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-10, atol=1e-14)
