@@ -525,6 +525,9 @@ class _BufferPool:
         self.owner: list = []               # slot -> the value in it now
         # where each node's work happens: a loop runs all its nodes at its first node's place
         self.at = {n: (group_of[n].start if n in group_of else i) for i, n in enumerate(graph.nodes)}
+        # an index_put_add folded into a scatter runs where its add is: its values stay live until then
+        for add, (put, _) in scatters.items():
+            self.at[put] = max(self.at[put], self.at[add])
 
     def poolable(self, v: Value) -> bool:
         """True if no array the function returns can be ``v`` or a view of it."""

@@ -852,3 +852,26 @@ def test_libm_kernel_results_do_not_depend_on_array_addresses(n):
                                                                        else a for a in args]))
                    for _ in range(12)}
         assert len(results) == 1, f"{kernel.py_func.__name__}: {len(results)} different results"
+
+
+def test_pooled_buffer_read_by_a_folded_scatter_is_not_reused_before_it():
+    """Found by the long fuzz run: the values of an index_put_add folded into a scatter were read
+    where the add runs, but the buffer pool freed them at the index_put_add's place, so a later
+    loop overwrote them (the gradient of ``x`` was 4.5 instead of -1.8)."""
+    w = np.array([1.5, -0.7, 2.0, -5.1])
+
+    def loss(v0):   # the fuzzer's program, in its order (the order decides the buffer slots)
+        v1 = abs(v0)
+        v4 = abs(abs(abs(v1)))
+        v5 = v1[[0, 0, 0, 0]]
+        return (v5 * symgrad.tensor(w)).sum() + 0.5 * v4.sum()
+
+    x = np.array([0.8, 1.2, 0.9, 1.1])
+    t = T(x, requires_grad=True)
+    loss(t).backward()
+    for strategy in ("joint", "split"):
+        c = symgrad.compile(loss, scalar_loss=strategy)
+        u = T(x, requires_grad=True)
+        c(u).backward()
+        np.testing.assert_allclose(u.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(symgrad.value_and_grad(loss)(x)[1], [-1.8, 0.5, 0.5, 0.5], rtol=1e-12)
