@@ -175,9 +175,11 @@ def arg_source(a, label: str, names: dict, ns: dict) -> str:
 
 def _cast_line(lines: list, node, names, graph) -> None:
     """numpy promotes some mixed dtypes differently from PyTorch: cast where the IR says so
-    (wherever the output's dtype is not simply the floating dtype of its inputs)."""
+    (wherever the output's dtype is not simply the floating dtype of its inputs, and every
+    narrower-than-float64 output: a 0-d float64 array or a numpy float64 constant widens a
+    float32 result in numpy, where PyTorch keeps float32)."""
     for o in node.outputs:
         ins = [v for v in node.inputs if v.dtype.is_floating_point] or node.inputs
         natural = ins[0].dtype if ins else None
-        if natural is not o.dtype or o.dtype.name not in ("float64", "float32"):
+        if natural is not o.dtype or o.dtype.name != "float64" or any(v.dtype is not o.dtype for v in ins):
             lines.append(f"    {names[o.name]} = asarray({names[o.name]}).astype({o.dtype.np.name!r}, copy=False)")

@@ -875,3 +875,23 @@ def test_pooled_buffer_read_by_a_folded_scatter_is_not_reused_before_it():
         c(u).backward()
         np.testing.assert_allclose(u.grad.numpy(), t.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(symgrad.value_and_grad(loss)(x)[1], [-1.8, 0.5, 0.5, 0.5], rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["v0 * 0-d float64 tensor", "0.5 ** v0"])
+def test_numpy_backend_keeps_float32_as_pytorch_does(case):
+    """Found by the long fuzz run (float32, backend="numpy"): numpy widened a float32 result with a
+    0-d float64 array or a float64 constant of the backward, where PyTorch (and eager) keep float32."""
+    fn = {"v0 * 0-d float64 tensor": lambda v: (v * symgrad.tensor(0.5, dtype=symgrad.float64)).sum(),
+          "0.5 ** v0": lambda v: (0.5 ** v).sum()}[case]
+    x = np.array([0.6, 0.9, 1.2, 1.4], dtype=np.float32)
+    eager = symgrad.tensor(x, requires_grad=True)
+    want = fn(eager)
+    want.backward()
+    t = symgrad.tensor(x, requires_grad=True)
+    got = symgrad.compile(fn, backend="numpy")(t)
+    got.backward()
+    assert got.dtype == want.dtype == symgrad.float32
+    assert t.grad.dtype == symgrad.float32
+    np.testing.assert_allclose(t.grad.numpy(), eager.grad.numpy(), rtol=1e-6)
+    value, grad = symgrad.value_and_grad(symgrad.compile(fn, backend="numpy"))(x)
+    assert grad.dtype == np.float32
