@@ -2,25 +2,10 @@
 
 import numpy as np
 import pytest
+from workloads import w1, w2, w3, w5  # the workloads, defined once (tests/workloads.py)
 
 import symgrad
 from symgrad.ir import interpret
-
-
-def w1(x):
-    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
-
-
-def w2(x, w, b):
-    return (symgrad.tanh(x * w + b) ** 2).mean()
-
-
-def w3(X, W1, b1, W2, b2, Y):
-    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
-
-
-def w5(L, labels):
-    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
 
 
 def _args(name, seed):

@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from workloads import w1, w2, w3, w5  # the workloads, defined once (tests/workloads.py)
 
 import symgrad
 from symgrad.ops.registry import apply
@@ -568,20 +569,6 @@ def test_fuzz_profile_follows_the_environment():
 
 # --- d. value_and_grad: one joint Numba kernel ------------------------------------------------
 
-def w1(x):
-    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
-
-
-def w2(x, w, b):
-    return (symgrad.tanh(x * w + b) ** 2).mean()
-
-
-def w3(X, W1, b1, W2, b2, Y):
-    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
-
-
-def w5(L, labels):
-    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
 
 
 def _workload_args(name, seed):

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 import pytest
+from workloads import w1, w2, w3, w5  # the workloads, defined once (tests/workloads.py)
 
 import symgrad
 from codegen import jit
@@ -38,20 +39,6 @@ def assert_close(got, want, rtol, where=""):
 
 # --- the workloads -------------------------------------------------------------------------------
 
-def w1(x):
-    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
-
-
-def w2(x, w, b):
-    return (symgrad.tanh(x * w + b) ** 2).mean()
-
-
-def w3(X, W1, b1, W2, b2, Y):
-    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
-
-
-def w5(L, labels):
-    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
 
 
 def _workload(name: str, dtype=np.float64):

@@ -2,27 +2,14 @@
 
 import numpy as np
 import pytest
+from workloads import w1 as _w1  # the workloads, defined once
+from workloads import w2 as _w2
+from workloads import w3 as _w3
+from workloads import w5 as _w5
 
-import symgrad
 from codegen.partition import partition, recomputable, value_bytes
 from symgrad.autodiff import autodiff
 from symgrad.ir import interpret, trace
-
-
-def _w1(x):
-    return (symgrad.sin(x) * symgrad.exp(-x * x) + symgrad.log1p(x * x) * symgrad.tanh(x)).sum()
-
-
-def _w2(x, w, b):
-    return (symgrad.tanh(x * w + b) ** 2).mean()
-
-
-def _w3(X, W1, b1, W2, b2, Y):
-    return ((symgrad.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).mean()
-
-
-def _w5(L, labels):
-    return (symgrad.logsumexp(L, dim=1) - L[symgrad.arange(L.shape[0]), labels]).mean()
 
 
 def _inputs(seed):
