@@ -623,6 +623,37 @@ def _vector_calls(grp: Group, vector: dict) -> int:
                if FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector)
 
 
+def _pair_sin_cos(nodes: list) -> list:
+    """The loop's nodes with each sin/cos of an argument moved next to the first sin/cos of that
+    argument (when its inputs are ready there).
+
+    sin and cos share their range reduction; side by side, LLVM computes it once for both
+    (W1's joint loop: 8.1 -> 7.3 ms), while twenty nodes apart it did not.
+    """
+    def sincos_args(n) -> set:
+        e = n.expr
+        return {f.args[0] for f in e.atoms(sympy.sin, sympy.cos)} if e is not None else set()
+
+    order = list(nodes)
+    ready: set = set()            # values computed by the nodes placed so far
+    produced = {n.output for n in nodes}
+    i = 0
+    while i < len(order):
+        n = order[i]
+        ready.add(n.output)
+        args = sincos_args(n)
+        j = i + 1
+        while args and j < len(order):
+            m = order[j]
+            if sincos_args(m) & args and all(v in ready or v not in produced for v in m.inputs):
+                order.insert(i + 1, order.pop(j))
+                i += 1
+                ready.add(m.output)
+            j += 1
+        i += 1
+    return order
+
+
 def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel: bool, vector: dict | None = None,
                    vectorise: bool = False) -> tuple[str, list, bool]:
     """One loop-nest kernel: its source, the constants it takes as ``k0, k1, ...``, and whether it
@@ -651,7 +682,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
         read = (local[v.name], _broadcast_read(param, tuple(src.shape), shape))
         if read not in reads:
             reads.append(read)
-    nodes = grp.nodes
+    nodes = _pair_sin_cos(grp.nodes) if vector else grp.nodes
     for n in nodes:
         local[n.output.name] = names[n.output.name]
     sizes = [f"n{d}" for d in range(rank)]

