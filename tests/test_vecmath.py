@@ -218,6 +218,32 @@ def mp_refs():
 CASES = [(name, dt) for name in SPECS for dt in DTYPES]
 
 
+@pytest.mark.parametrize("ldexp", [True, False], ids=["ldexp", "two-factors"])
+def test_scaling_by_a_power_of_two_rounds_like_ldexp(ldexp, monkeypatch):
+    """exp's final p * 2^k: llvm.ldexp (vscalefpd, chosen on AVX-512) or two exact-exponent factors (elsewhere),
+    both equal to ldexp over the whole range, overflow and gradual underflow included (the factors may round
+    subnormal results a second time: one step at most)."""
+    monkeypatch.setattr(vecmath, "_SCALE_BY_LDEXP", ldexp)
+
+    @numba.njit(cache=False, error_model="numpy")   # lowered now, with the path chosen above
+    def scale(p, k, out):
+        for i in range(p.shape[0]):
+            out[i] = vecmath._scale2(p[i], k[i])
+
+    r = np.random.default_rng(3)
+    k = np.concatenate([np.arange(-1100, 1101), r.integers(-1100, 1101, 20_000)]).astype(np.int64)
+    p = np.concatenate([np.full(2201, 1.0), r.uniform(0.5, 2.0, 20_000)])
+    p[:5] = [np.nan, 0.5, 2.0, 1.9999999999999998, 0.7071067811865476]
+    out = np.empty_like(p)
+    scale(p, k, out)
+    with np.errstate(over="ignore"):
+        want = np.ldexp(p, k)
+    normal = np.abs(want) >= np.finfo(F64).tiny
+    np.testing.assert_array_equal(out[normal | np.isnan(want)], want[normal | np.isnan(want)])
+    steps = np.abs(out[~normal].view(np.int64) - want[~normal].view(np.int64))
+    assert steps.max() <= (0 if ldexp else 1)
+
+
 @pytest.mark.parametrize("name,dt", CASES)
 def test_max_ulp_vs_mpmath(name, dt, mp_refs):
     _fn(name, dt)
