@@ -91,6 +91,18 @@ def _parallel_loop(grp: Group, option) -> bool:
     return numba.config.NUMBA_NUM_THREADS > 1 and int(np.prod(grp.shape)) >= PARALLEL_MIN_ELEMENTS
 
 
+def _row_kernel_allowed(graph: Graph, parallel) -> bool:
+    """Row kernels (:mod:`codegen.row_kernel`) run on one thread: not where the loops would run parallel."""
+    if parallel is True:
+        return False
+    if parallel == "auto":
+        import numba
+
+        biggest = max((int(np.prod(v.shape)) for v in graph.placeholders), default=0)
+        return numba.config.NUMBA_NUM_THREADS == 1 or biggest < PARALLEL_MIN_ELEMENTS
+    return True
+
+
 def _scalar_namespace():
     from .scalar_math import SCALAR_NAMESPACE
 
@@ -272,6 +284,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     """
     vector, vector_import = vector_functions(math)
     vectorise = math == "vector"
+    if vectorise and _row_kernel_allowed(graph, parallel):
+        from .row_kernel import emit_row_kernel
+
+        rows = emit_row_kernel(graph, name, vector=vector, vector_import=vector_import, fastmath=fastmath)
+        if rows is not None:   # a batch whose rows are reduced and used again: one loop over the rows
+            return rows
     names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
     for n in graph.nodes:
         for o in n.outputs:

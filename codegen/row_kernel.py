@@ -1,0 +1,609 @@
+"""Row kernels: one Numba loop over the rows of a batch, for graphs that reduce each row and use it again.
+
+A softmax cross-entropy (W5) needs each row's max before its exponentials and the row's sum of them
+before its gradient.  The loop fuser (:mod:`codegen.fuse`) must end a loop at each such row reduction,
+so the joint graph passes over the whole batch three times (numpy's row max, exp with the sums, the
+gradient), each pass reading or writing arrays far bigger than the caches.  A row kernel turns the
+loop nest inside out: one outer loop over rows, and per row the same passes as inner loops over its
+columns, with the row's intermediate values in small buffers that stay in L1.  The batch is then read
+once and the gradient written once.
+
+Graphs it takes (anything else returns None and the fuser's kernels run), with ``rows x cols`` the shape
+of the 2-D placeholders:
+
+* values of shape ``(rows, cols)`` (row vectors), ``(rows,)`` or ``(rows, 1)`` (one number per row)
+  and ``()`` (scalars), float64 for floating-point values;
+* elementwise ops, ``where``, ``detach``, views and broadcasts among them; row reductions
+  (``sum``/``mean``/``amax``/``amin`` over dim 1); full ``sum``/``mean`` reductions as outputs;
+* ``x[arange(rows), idx]`` on a 2-D input (one element per row) and its gradient, an
+  ``index_put_add`` at those positions that one addition then merges into a row vector output;
+* and at least one row reduction whose result is used by a later row-vector computation (otherwise
+  the fuser's single pass is already as good).
+
+The order of operations within a row is that of the graph; sums over a row are reassociated (as in
+every ``math="vector"`` loop), sums over rows are taken in row order.
+
+>>> import numpy as np, symgrad
+>>> from symgrad.autodiff import autodiff
+>>> g = autodiff(symgrad.trace(lambda L: symgrad.logsumexp(L, dim=1).mean(), np.ones((4, 3))), [0])
+>>> e = emit_row_kernel(g, "joint", vector={"exp": "vexp", "log": "vlog"}, vector_import="")
+>>> "for i in range(n0):" in e.kernels[0], e.source.count("row_kernel_0(")
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from symgrad.ir.graph import Graph, IndexRef, Node, Value
+
+from .emit import _ident
+
+S, R, V, H = "scalar", "row", "vector", "one-hot"   # value kinds (H: index_put_add of one value per row)
+
+_ROW_REDUCTIONS = {"sum.dim_IntList": "sum", "mean.dim": "mean", "amax": "max", "amin": "min"}
+_FULL_REDUCTIONS = {"sum": "sum", "mean": "mean", "sum.dim_IntList": "sum", "mean.dim": "mean"}
+_ALIASES = {"detach", "view", "_unsafe_view", "reshape", "expand", "clone"}
+_INIT = {"sum": "0.0", "mean": "0.0", "max": "-math.inf", "min": "math.inf"}
+_STEP = {"sum": "radd", "mean": "radd", "max": "rmax", "min": "rmin"}
+
+
+class _Unsupported(Exception):
+    """The graph has something a row kernel does not do."""
+
+
+class _Segment:
+    """One inner loop over the columns of a row."""
+
+    def __init__(self) -> None:
+        self.nodes: list = []          # row-vector nodes computed in the loop, in order
+        self.reductions: list = []     # nodes reducing a row vector of this loop (row or full)
+
+
+def _row_arange(part, rows: int) -> bool:
+    return isinstance(part, np.ndarray) and part.ndim == 1 and part.shape[0] == rows and \
+        np.array_equal(part, np.arange(rows))
+
+
+def emit_row_kernel(graph: Graph, name: str, *, vector: dict, vector_import: str, fastmath: bool = False):
+    """A :class:`~codegen.numba_emit.NumbaEmitted` computing ``graph`` row by row, or None when the
+    graph is not one a row kernel takes (module docstring)."""
+    try:
+        return _RowKernel(graph, name, vector, vector_import, fastmath).emit()
+    except _Unsupported:
+        return None
+
+
+class _RowKernel:
+    def __init__(self, graph: Graph, name: str, vector: dict, vector_import: str, fastmath: bool) -> None:
+        self.graph, self.name, self.fastmath = graph, name, fastmath
+        # sin/cos need a range check and a libm rerun of the loop: they stay libm calls here
+        self.vector = {k: v for k, v in vector.items() if k not in ("sin", "cos")}
+        self.vector_import = vector_import
+        two_d = [p.shape for p in graph.placeholders if len(p.shape) == 2]
+        if not two_d or two_d[0][1] < 2:
+            raise _Unsupported
+        self.rows, self.cols = two_d[0]
+        self.nodes = _decompose_softmax(graph.nodes)
+        self.names = {v.name: _ident(v.name) for v in graph.placeholders}
+        for n in self.nodes:
+            for o in n.outputs:
+                self.names[o.name] = _ident(o.name)
+        self.kind: dict[Value, str] = {}
+        self.users: dict[Value, list] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                self.users.setdefault(v, []).append(n)
+
+    # --- classification -----------------------------------------------------------------------
+    def _shape_kind(self, v: Value) -> str:
+        if v.dtype.is_floating_point and v.dtype.np != np.float64:
+            raise _Unsupported
+        shape = tuple(v.shape)
+        if shape == ():
+            return S
+        if shape in ((self.rows,), (self.rows, 1)):
+            return R
+        if shape == (self.rows, self.cols):
+            return V
+        raise _Unsupported
+
+    def _index_of(self, ref) -> Value:
+        """The per-row index Value of ``(arange(rows), idx)``."""
+        if not isinstance(ref, IndexRef) or not isinstance(ref.parts, tuple) or len(ref.parts) != 2:
+            raise _Unsupported
+        first, idx = ref.parts
+        if not _row_arange(first, self.rows) or not isinstance(idx, Value) or self.kind.get(idx) != R or \
+                idx.dtype.is_floating_point or idx.dtype.np == np.bool_:
+            raise _Unsupported
+        return idx
+
+    # --- planning -----------------------------------------------------------------------------
+    def plan(self) -> None:
+        """Assign every node to a step: ``("pre", n)`` before the row loop, ``("row", n)`` once per row,
+        ``("loop", segment)`` an inner loop, ``("total", n)`` a sum over rows."""
+        for p in self.graph.placeholders:
+            self.kind[p] = self._shape_kind(p)
+        self.steps: list = []
+        self.pre: list = []               # scalar nodes (no row in them): computed once, before the rows
+        self.post: list = []              # scalar nodes of sums over rows: computed once, after the rows
+        self.after_rows: set[Value] = set()
+        self.gathered: set[Value] = set()  # computed row vectors one element per row is picked from
+        self.segments: list[_Segment] = []
+        open_seg: _Segment | None = None
+        open_pos = 0                      # where steps independent of the open loop go (before it)
+        pending: set[Value] = set()       # row values the open loop's reductions produce
+        self.seg_of: dict[Value, _Segment] = {}
+        self.onehot: dict[Value, tuple] = {}          # H value -> (index Value, value Value)
+        self.fixups: dict[Node, Value] = {}           # V add node -> the H value it merges
+        outputs = {v for v in self.graph.outputs if v is not None}
+
+        def close():
+            nonlocal open_seg, pending
+            open_seg, pending = None, set()
+
+        def open_new():
+            nonlocal open_seg, open_pos
+            open_seg = _Segment()
+            self.segments.append(open_seg)
+            self.steps.append(("loop", open_seg))
+            open_pos = len(self.steps) - 1
+
+        for n in self.nodes:
+            if len(n.outputs) != 1:
+                raise _Unsupported
+            o = n.outputs[0]
+            ins = n.inputs
+            kinds = [self.kind[v] for v in ins]
+            if any(v in self.after_rows for v in ins) and self._shape_kind(o) != S:
+                raise _Unsupported   # a row reads a sum over all rows
+            if n.op == "index_put_add":
+                self.kind[o] = H
+                values, shape, ref = n.args[:3]
+                if not isinstance(values, Value) or self.kind.get(values) != R or \
+                        tuple(shape) != (self.rows, self.cols) or len(values.shape) != 1:
+                    raise _Unsupported
+                self.onehot[o] = (self._index_of(ref), values)
+                if o in outputs:
+                    raise _Unsupported
+                step = ("row", n)
+            elif n.op in _FULL_REDUCTIONS and o.shape == ():
+                if n.args[-1] is not None or kinds[0] not in (R, V):
+                    raise _Unsupported
+                self.kind[o] = S
+                self.after_rows.add(o)
+                if kinds[0] == V:
+                    open_seg = self._loop_for(ins[0], open_seg, pending, close, open_new)
+                    open_seg.reductions.append(n)
+                    continue
+                step = ("total", n)
+            elif n.op in ("sum.dim_IntList", "mean.dim") and kinds == [H]:
+                # a one-hot row sums to its one value (zeros add exactly; that value is never -0.0)
+                dims = n.args[1]
+                dims = [dims] if isinstance(dims, int) else list(dims or [])
+                if [d % 2 for d in dims] != [1] or n.args[-1] is not None or self._shape_kind(o) != R:
+                    raise _Unsupported
+                self.kind[o] = R
+                step = ("row", n)
+            elif n.op in _ROW_REDUCTIONS:
+                dims = n.args[1]
+                dims = [dims] if isinstance(dims, int) else list(dims or [])
+                if kinds != [V] or [d % 2 for d in dims] != [1] or (n.op in ("sum.dim_IntList", "mean.dim")
+                                                                      and n.args[-1] is not None):
+                    raise _Unsupported
+                self.kind[o] = R
+                if self._shape_kind(o) != R:
+                    raise _Unsupported
+                open_seg = self._loop_for(ins[0], open_seg, pending, close, open_new)
+                open_seg.reductions.append(n)
+                pending.add(o)
+                continue
+            else:
+                ok = n.is_elementwise or n.op in ("where.self", "index.Tensor", "_to_copy") or n.op in _ALIASES
+                if not ok or H in kinds and not self._merges_onehot(n, o, outputs):
+                    raise _Unsupported
+                k = self._shape_kind(o)
+                if n.op == "index.Tensor":
+                    x = n.args[0]
+                    if k != R or self.kind.get(x) != V:
+                        raise _Unsupported
+                    self._index_of(n.args[1])
+                    if x.producer is not None and self.seg_of.get(x) is not None:
+                        self.gathered.add(x)          # read from its row buffer, after its loop
+                        if self.seg_of[x] is open_seg:
+                            close()
+                elif n.op in ("view", "_unsafe_view", "reshape") and kinds[0] != k:
+                    raise _Unsupported   # a view changing what a row holds
+                elif n.op == "expand" and kinds[0] == R and ins[0].shape != (self.rows, 1) and k == V:
+                    raise _Unsupported   # (rows,) broadcast along the last dim: not per row
+                for v, kv in zip(ins, kinds):
+                    if k == V and kv == R and v.shape != (self.rows, 1) and n.op != "expand":
+                        raise _Unsupported   # (rows,) against (rows, cols) pairs by column
+                    if k == R and kv == R and n.op not in _ALIASES and v.shape != o.shape:
+                        raise _Unsupported
+                self.kind[o] = k
+                if k == V and n.op in _ALIASES and kinds[0] != V:
+                    self.seg_of[o] = None   # a row value broadcast along the row: an alias, no loop
+                    step = ("row", n)
+                elif k == V:
+                    open_seg = self._loop_for_node(n, open_seg, pending, close, open_new)
+                    open_seg.nodes.append(n)
+                    self.seg_of[o] = open_seg
+                    continue
+                elif k == S:
+                    if any(v in self.after_rows for v in ins):
+                        self.post.append(n)
+                        self.after_rows.add(o)
+                    else:
+                        self.pre.append(n)
+                    continue
+                else:
+                    step = ("row", n)
+            # a per-row step: after the open loop if it needs that loop's reductions, else before it
+            if open_seg is not None and any(v in pending for v in ins):
+                close()
+            if open_seg is not None:
+                self.steps.insert(open_pos, step)
+                open_pos += 1
+            else:
+                self.steps.append(step)
+        if not any(self._after_reduction(seg) for seg in self.segments):
+            raise _Unsupported   # one pass over the batch: the fuser's loops do the same
+        for o in outputs:
+            if o.producer is None or self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and
+                                                                         self.seg_of.get(o) is None):
+                raise _Unsupported
+
+    def _merges_onehot(self, n, o, outputs) -> bool:
+        """``H + X`` or ``H - X`` with a row vector X, written only to an output: the loop writes
+        ``0.0 +- X`` and the row's index then gets ``h + that`` (the same bits as eager's
+        ``(0.0 + h) +- X``: the two differ only for ``h == -0.0``, which ``h = 0.0 + value`` never is)."""
+        if n.op not in ("add.Tensor", "sub.Tensor") or not n.is_elementwise or o not in outputs or self.users.get(o):
+            return False
+        hs = [v for v in n.inputs if self.kind[v] == H]
+        others = [v for v in n.inputs if self.kind[v] != H]
+        e = n.expr
+        if len(hs) != 1 or len(others) != 1 or self.kind[others[0]] != V or not isinstance(e, sympy.Add):
+            return False
+        h = sympy.Symbol(hs[0].name)
+        if len(e.args) != 2 or h not in e.args or any(a.has(h) for a in e.args if a != h):
+            return False
+        self.fixups[n] = hs[0]
+        return True
+
+    def _vector_inputs(self, n) -> list[Value]:
+        out = []
+        for v in n.inputs:
+            if self.kind.get(v) == V and v.producer is not None:
+                if self.seg_of.get(v) is None:
+                    continue   # a broadcast row value
+                out.append(v)
+        return out
+
+    def _loop_for_node(self, n, open_seg, pending, close, open_new):
+        """The loop a row-vector node goes into: the open one unless it reads a row value that loop
+        is still reducing."""
+        if open_seg is not None and any(self._row_source(v) in pending for v in n.inputs):
+            close()
+            open_seg = None
+        if open_seg is None:
+            open_new()
+            open_seg = self.segments[-1]
+        return open_seg
+
+    def _loop_for(self, v, open_seg, pending, close, open_new):
+        if open_seg is None:
+            open_new()
+            open_seg = self.segments[-1]
+        return open_seg
+
+    def _row_source(self, v: Value) -> Value:
+        """A broadcast row vector's row value (what it reads), else ``v``."""
+        while v.producer is not None and self.kind.get(v) == V and self.seg_of.get(v, 1) is None:
+            v = v.producer.inputs[0]
+        return v
+
+    def _after_reduction(self, seg: _Segment) -> bool:
+        """Whether this loop reads a row value made by an earlier loop's reduction."""
+        earlier = set()
+        for s in self.segments:
+            if s is seg:
+                break
+            earlier.update(r.outputs[0] for r in s.reductions)
+        reads = set()
+        for n in seg.nodes:
+            reads.update(self._row_source(v) for v in n.inputs)
+        return bool(reads & _row_closure(earlier, self.graph))
+
+    # --- code ---------------------------------------------------------------------------------
+    def emit(self):
+        from symgrad.ir.graph import SHORT_DTYPES
+
+        from .numba_emit import (
+            _RANGE_CHECKED,
+            NumbaEmitted,
+            _compute_suffix,
+            _generic_arg,
+            _KernelPrinter,
+            _lift_constants,
+            _scalar_namespace,
+            decorator,
+        )
+        from .scalar_math import VECTOR_IMPORT_LINES
+
+        self.plan()
+        g, names = self.graph, self.names
+        local = {v.name: names[v.name] for v in g.placeholders}
+        for n in self.nodes:
+            local[n.outputs[0].name] = names[n.outputs[0].name]
+        constants: list = []
+        printer = _KernelPrinter(local, self.vector)
+        outputs = [v for v in g.outputs if v is not None]
+        # row vectors a later loop reads: kept in a row buffer
+        later = {}
+        for seg in self.segments:
+            for n in seg.nodes:
+                for v in n.inputs:
+                    if self.kind.get(v) == V and self.seg_of.get(v) not in (None, seg) and v.producer is not None:
+                        later[v] = f"row_{names[v.name]}"
+            for r in seg.reductions:
+                v = r.inputs[0]
+                if v.producer is not None and self.seg_of.get(v) not in (None, seg):
+                    later[v] = f"row_{names[v.name]}"
+        for v in self.gathered:
+            later[v] = f"row_{names[v.name]}"
+
+        def code_of(n) -> str:
+            printer.suffix = _compute_suffix(n)
+            if n.op == "_to_copy":
+                if n.outputs[0].dtype.np != np.float64:
+                    raise _Unsupported
+                return f"np.float64({local[n.inputs[0].name]})"
+            if n.op == "where.self":
+                c, a, b = (printer.doprint(_lift_constants(sympy.sympify(x) if not isinstance(x, Value)
+                                                           else sympy.Symbol(x.name), constants))
+                           for x in n.args[:3])
+                return f"where({c}, {a}, {b})"
+            seen = len(printer.checks)
+            code = printer.doprint(_lift_constants(n.expr, constants))
+            if len(printer.checks) != seen or any(f in code for f in _RANGE_CHECKED if f"v{f}_" in code):
+                raise _Unsupported
+            return code
+
+        def comment(n) -> str:
+            # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
+            o = n.outputs[0]
+            short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
+            dims = {V: "n0, n1", R: "n0" if len(o.shape) == 1 else "n0, 1", S: ""}.get(self.kind.get(o), "n0, n1")
+            args = ", ".join("(arange(n0), …)" if isinstance(a, IndexRef) else _generic_arg(a, constants, "")
+                             for a in n.args)
+            return f"# %{o.name}: {short}[{dims}] = {n.op}({args})"
+
+        params = [names[v.name] for v in g.placeholders]
+        out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in outputs if self.kind[v] in (R, V)}
+        totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
+                  if n.op in _FULL_REDUCTIONS and n.outputs[0].shape == ()}
+        body: list[str] = []
+        pre: list[str] = []
+        index_vars: dict[Value, str] = {}
+        row_reads = {v for v in g.placeholders if self.kind[v] == R}
+
+        def index_lines(idx: Value, pad: str) -> list[str]:
+            if idx in index_vars:
+                return []
+            var = index_vars[idx] = f"col_{names[idx.name].rstrip('_')}"
+            return [f"{pad}{var} = {local[idx.name]}",
+                    f"{pad}if {var} < 0:",
+                    f"{pad}    {var} += n1",
+                    f"{pad}if {var} < 0 or {var} >= n1:  # numpy raises IndexError: the glue does",
+                    f"{pad}    bad_row = i",
+                    f"{pad}    bad_index = {local[idx.name]}",
+                    f"{pad}    {var} = 0"]
+
+        pad = "        "
+        for v in sorted(row_reads, key=lambda v: g.placeholders.index(v)):
+            read = f"{names[v.name]}[i, 0]" if len(v.shape) == 2 else f"{names[v.name]}[i]"
+            local[v.name] = f"{names[v.name].rstrip('_')}_in"
+            body.append(f"{pad}{local[v.name]} = {read}")
+        for n in self.pre:
+            o = n.outputs[0]
+            if n.op in _ALIASES:
+                local[o.name] = local[n.inputs[0].name]
+                continue
+            pre.append(f"    {comment(n)}")
+            pre.append(f"    {local[o.name]} = {code_of(n)}")
+        for kind, item in self.steps:
+            if kind == "row":
+                n = item
+                o = n.outputs[0]
+                body.append(f"{pad}{comment(n)}")
+                if n.op == "index_put_add":
+                    idx, val = self.onehot[o]
+                    body += index_lines(idx, pad)
+                    body.append(f"{pad}{local[o.name]} = 0.0 + {local[val.name]}  # its value at the row's index")
+                elif n.op == "index.Tensor":
+                    idx = self._index_of(n.args[1])
+                    body += index_lines(idx, pad)
+                    x = n.args[0]
+                    src = f"{names[x.name]}[i, {index_vars[idx]}]" if x.producer is None else \
+                        f"{later[x]}[{index_vars[idx]}]" if x in later else local[x.name]
+                    body.append(f"{pad}{local[o.name]} = {src}")
+                elif n.op in _ALIASES:
+                    local[o.name] = local[n.inputs[0].name]
+                    body.pop()
+                elif n.op in ("sum.dim_IntList", "mean.dim"):   # of a one-hot row: its one value
+                    h = local[n.inputs[0].name]
+                    body.append(f"{pad}{local[o.name]} = {h + ' / n1' if n.op == 'mean.dim' else h}")
+                else:
+                    body.append(f"{pad}{local[o.name]} = {code_of(n)}")
+                continue
+            if kind == "total":
+                n = item
+                body.append(f"{pad}{comment(n)}")
+                body.append(f"{pad}{totals[n.outputs[0]]} += {local[n.inputs[0].name]}")
+                continue
+            seg = item
+            inner = pad + "    "
+            accs = []
+            for r in seg.reductions:
+                how = _ROW_REDUCTIONS.get(r.op, "sum") if r.outputs[0].shape != () else "sum"
+                acc = f"acc_{names[r.outputs[0].name].rstrip('_')}"
+                accs.append((r, acc, how))
+                body.append(f"{pad}{acc} = {_INIT[how]}")
+            body.append(f"{pad}for j in range(n1):")
+            reads = []
+            for n in seg.nodes:
+                for v in n.inputs:
+                    if self.kind.get(v) == V and v.producer is None and v not in reads:
+                        reads.append(v)
+            for r in seg.reductions:
+                v = r.inputs[0]
+                if v.producer is None and v not in reads:
+                    reads.append(v)
+            for v in reads:
+                local[v.name] = f"{names[v.name].rstrip('_')}_ij"
+                body.append(f"{inner}{local[v.name]} = {names[v.name]}[i, j]")
+            for v, buf in later.items():
+                if self.seg_of.get(v) is not seg and any(v in n.inputs for n in seg.nodes + seg.reductions):
+                    local[v.name] = f"{names[v.name].rstrip('_')}_j"
+                    body.append(f"{inner}{local[v.name]} = {buf}[j]")
+            for n in seg.nodes:
+                o = n.outputs[0]
+                body.append(f"{inner}{comment(n)}")
+                if n in self.fixups:
+                    local[self.fixups[n].name] = "0.0"   # zero off the row's index; merged after the loop
+                lhs = f"{names[o.name]}"
+                local[o.name] = lhs
+                body.append(f"{inner}{lhs} = {code_of(n) if n.op not in _ALIASES else local[n.inputs[0].name]}")
+                if o in out_params:
+                    body.append(f"{inner}{out_params[o]}[i, j] = {lhs}")
+                if o in later:
+                    body.append(f"{inner}{later[o]}[j] = {lhs}")
+            for r, acc, how in accs:
+                body.append(f"{inner}{acc} = {_STEP[how]}({acc}, {local[r.inputs[0].name]})")
+            for r, acc, how in accs:
+                o = r.outputs[0]
+                if o.shape == ():
+                    body.append(f"{pad}{totals[o]} += {acc}")
+                    continue
+                value = f"{acc} / n1" if how == "mean" else acc
+                local[o.name] = names[o.name]
+                body.append(f"{pad}{names[o.name]} = {value}  # {r.op} of row i")
+            for n, h in self.fixups.items():
+                if n in seg.nodes:
+                    idx, _ = self.onehot[h]
+                    col = index_vars[idx]
+                    body.append(f"{pad}# %{n.outputs[0].name} at the row's index also gets %{h.name}'s one value")
+                    body.append(f"{pad}{out_params[n.outputs[0]]}[i, {col}] = {names[h.name]} + "
+                                f"{out_params[n.outputs[0]]}[i, {col}]")
+        # row scalar outputs
+        for v, out in out_params.items():
+            if self.kind[v] == R:
+                at = "[i, 0]" if len(v.shape) == 2 else "[i]"
+                body.append(f"{pad}{out}{at} = {local[v.name]}")
+        # after the rows: the sums over rows, and what is computed from them
+        after = []
+        for n in self.nodes:
+            o = n.outputs[0]
+            if o in totals:
+                count = ("n0 * n1" if self.kind[n.inputs[0]] == V else "n0") \
+                    if _FULL_REDUCTIONS[n.op] == "mean" else None
+                local[o.name] = names[o.name]
+                after.append(f"    {local[o.name]} = {totals[o] + ' / (' + count + ')' if count else totals[o]}")
+        for n in self.post:
+            o = n.outputs[0]
+            if n.op in _ALIASES:
+                local[o.name] = local[n.inputs[0].name]
+                continue
+            after.append(f"    {comment(n)}")
+            after.append(f"    {local[o.name]} = {code_of(n)}")
+        scalar_outs = [local[v.name] for v in outputs if self.kind[v] == S]
+        const_params = [c for c, _ in constants]
+        head = [f"def row_kernel_0({', '.join(params + list(out_params.values()) + ['n0', 'n1'] + const_params)}):",
+                "    wide_vectors()  # vectorise with the widest vectors the CPU has",
+                "    distinct_arrays()  # the glue never passes overlapping arrays",
+                "    bad_row = -1  # a row whose index is out of bounds (IndexError in the glue)",
+                "    bad_index = 0"]
+        for buf in sorted(set(later.values())):
+            head.append(f"    {buf} = np.empty(n1)  # one row of a value a later loop reads (stays in L1)")
+        for t in totals.values():
+            head.append(f"    {t} = 0.0")
+        head += pre
+        head.append("    for i in range(n0):")
+        results = list(out_params.values()) + scalar_outs + ["bad_row", "bad_index"]
+        kernel = "\n".join(head + body + after + [f"    return ({', '.join(results)},)"])
+        kernel = decorator(False, self.fastmath, True) + "\n" + kernel
+        # the glue
+        glue = [f"def {self.name}({', '.join(params)}):"]
+        args = []
+        for v in g.placeholders:
+            if self.kind[v] == S:
+                args.append(f"float({names[v.name]})" if v.dtype.is_floating_point else f"{names[v.name]}.item()")
+            else:
+                args.append(names[v.name])
+        for v in out_params:
+            args.append(f"np.empty({tuple(int(s) for s in v.shape)!r}, dtype=np.float64)")
+        args += [str(self.rows), str(self.cols)] + [repr(float(value)) for _, value in constants]
+        glue.append(f"    # one loop over the {self.rows} rows; per row {len(self.segments)} loops over its "
+                    f"{self.cols} columns (codegen/row_kernel.py)")
+        glue.append(f"    {', '.join(results)}, = row_kernel_0({', '.join(args)})")
+        glue.append("    if bad_row >= 0:")
+        glue.append("        raise IndexError(f'index {bad_index} is out of bounds for axis 1 with size "
+                    f"{self.cols} (row {{bad_row}})')")
+        rets = ["None" if v is None else out_params[v] if v in out_params else local[v.name] for v in g.outputs]
+        glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        ns = _scalar_namespace()
+        ns.update({"np": np})
+        imports = VECTOR_IMPORT_LINES + "from codegen.scalar_math import rmax, rmin\n" + \
+            (self.vector_import.rstrip("\n") + "\n" if self.vector_import else "")
+        return NumbaEmitted(self.name, "\n".join(glue), [kernel], ns, imports, "vector")
+
+
+def _row_closure(values: set, graph: Graph) -> set:
+    """``values`` and the row values computed from them by per-row steps (aliases and elementwise)."""
+    out = set(values)
+    for n in graph.nodes:
+        if any(v in out for v in n.inputs) and n.outputs[0].shape != () and len(n.outputs[0].shape) <= 2:
+            if tuple(n.outputs[0].shape[1:]) in ((), (1,)):
+                out.update(n.outputs)
+    return out
+
+
+def _decompose_softmax(nodes: list) -> list:
+    """The nodes with each ``_softmax``/``_log_softmax`` over the last dim of a 2-D value written out as
+    the eager forward computes it (symgrad/ops/functional.py): ``m = amax(x)``, ``t = x - m``,
+    ``e = exp(t)``, ``s = sum(e)``, then ``e / s`` or ``t - log(s)``, so that each step lands in the
+    row kernel's loops."""
+    out = []
+    for n in nodes:
+        x = n.args[0] if n.args else None
+        if n.op not in ("_softmax", "_log_softmax") or not isinstance(x, Value) or len(x.shape) != 2 or \
+                not isinstance(n.args[1], int) or n.args[1] % 2 != 1:
+            out.append(n)
+            continue
+        o = n.outputs[0]
+        rows = (x.shape[0], 1)
+
+        def value(suffix, shape, o=o):
+            return Value(f"{o.name}_{suffix}", o.dtype, shape)
+
+        def sym(v):
+            return sympy.Symbol(v.name)
+
+        m, t, e, s = value("max", rows), value("shifted", x.shape), value("exp", x.shape), value("sum", rows)
+        out += [Node("amax", (x, (1,), True), [m]),
+                Node("sub.Tensor", (x, m), [t], expr=sym(x) - sym(m)),
+                Node("exp", (t,), [e], expr=sympy.exp(sym(t))),
+                Node("sum.dim_IntList", (e, (1,), True, None), [s])]
+        if n.op == "_softmax":
+            out.append(Node("div.Tensor", (e, s), [o], expr=sym(e) / sym(s)))
+        else:
+            lg = value("log", rows)
+            out += [Node("log", (s,), [lg], expr=sympy.log(sym(s))),
+                    Node("sub.Tensor", (t, lg), [o], expr=sym(t) - sym(lg))]
+        for step in out[-6:]:
+            for v in step.outputs:
+                if v is not o:
+                    v.producer = step   # the new values are computed, not inputs
+    return out

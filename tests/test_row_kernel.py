@@ -1,0 +1,164 @@
+"""codegen/row_kernel.py: one loop over the rows for losses that reduce each row and use it again.
+
+Every loss here is checked against eager autograd (value and gradient) and, for W5, against the fuser's
+kernels (row kernels switched off): the gradient must agree to the last bit, since within a row both
+compute the same operations in the same order.  Compiles cost about a second per graph; each graph is
+built once per module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from workloads import w5
+
+import symgrad
+from codegen import numba_emit
+from codegen.row_kernel import emit_row_kernel
+from symgrad.autodiff import autodiff
+
+
+def _nll(L, labels):
+    """Negative log-likelihood of log_softmax (PyTorch's cross_entropy, spelled out)."""
+    return -symgrad.log_softmax(L, dim=1)[symgrad.arange(L.shape[0]), labels].mean()
+
+
+def _entropy(L, labels):
+    p = symgrad.softmax(L, dim=1)
+    return -(p * symgrad.log(p)).sum(dim=1).mean()
+
+
+def _centred(L, labels):
+    return ((L - L.mean(dim=1, keepdim=True)) ** 2).sum()
+
+
+def _from_min(L, labels):
+    return symgrad.log(symgrad.exp(L.amin(dim=1, keepdim=True) - L).sum(dim=1)).sum()
+
+
+LOSSES = {"w5": w5, "nll": _nll, "entropy": _entropy, "centred": _centred, "from_min": _from_min}
+
+
+def _inputs(rows=37, cols=23, seed=0):
+    r = np.random.default_rng(seed)
+    return 3.0 * r.standard_normal((rows, cols)), r.integers(0, cols, rows)
+
+
+def _eager(fn, L, labels):
+    t = symgrad.tensor(L, requires_grad=True)
+    loss = fn(t, symgrad.tensor(labels))
+    loss.backward()
+    return float(loss.item()), t.grad.numpy()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Per loss: its value_and_grad (row kernels on)."""
+    return {name: symgrad.value_and_grad(symgrad.compile(fn)) for name, fn in LOSSES.items()}
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_row_losses_match_eager_and_run_as_one_row_loop(compiled, name):
+    L, labels = _inputs()
+    value, grad = compiled[name](L, labels)
+    want_value, want_grad = _eager(LOSSES[name], L, labels)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-11, atol=1e-15)
+    k = compiled[name].compiled.kernels_for(L, labels, wrt=[0], joint_kernel=True)
+    assert "def row_kernel_0(" in k.joint_source and "for i in range(n0):" in k.joint_source
+
+
+def test_w5_gradient_is_bit_identical_to_the_fusers_loops(compiled, monkeypatch):
+    L, labels = _inputs(64, 40, seed=1)
+    value, grad = compiled["w5"](L, labels)
+    monkeypatch.setattr(numba_emit, "_row_kernel_allowed", lambda graph, parallel: False)
+    fused = symgrad.value_and_grad(symgrad.compile(w5, cache=False))
+    value_f, grad_f = fused(L, labels)
+    assert "row_kernel" not in fused.compiled.kernels_for(L, labels, wrt=[0], joint_kernel=True).joint_source
+    np.testing.assert_array_equal(grad, grad_f)
+    np.testing.assert_allclose(value, value_f, rtol=1e-14)   # the mean adds rows in another order
+
+
+@pytest.mark.parametrize("name", ["w5", "nll"])
+def test_non_finite_rows_give_eagers_nans_and_infinities(compiled, name):
+    L, labels = _inputs(6, 5, seed=2)
+    L[1, 2] = np.nan
+    L[2, :] = -np.inf
+    L[3, 4] = np.inf
+    L[4, :] = np.inf
+    L[5, 0] = -np.inf
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        value, grad = compiled[name](L, labels)
+        want_value, want_grad = _eager(LOSSES[name], L, labels)
+    np.testing.assert_array_equal(np.isnan(value), np.isnan(want_value))
+    np.testing.assert_array_equal(np.isnan(grad), np.isnan(want_grad))
+    finite = np.isfinite(want_grad)
+    np.testing.assert_array_equal(grad[~finite & ~np.isnan(want_grad)], want_grad[~finite & ~np.isnan(want_grad)])
+    np.testing.assert_allclose(grad[finite], want_grad[finite], rtol=1e-11, atol=1e-15)
+
+
+def test_negative_labels_count_from_the_end_and_out_of_range_ones_raise(compiled):
+    L, labels = _inputs(5, 4, seed=3)
+    wrapped = labels - 4                           # -4..-1: the same columns
+    v, g = compiled["w5"](L, wrapped)
+    v0, g0 = compiled["w5"](L, labels)
+    assert v == v0 and np.array_equal(g, g0)
+    bad = labels.copy()
+    bad[3] = 4
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        compiled["w5"](L, bad)
+    bad[3] = -5
+    with pytest.raises(IndexError, match="index -5 is out of bounds for axis 1 with size 4"):
+        compiled["w5"](L, bad)
+
+
+def test_a_new_batch_size_reuses_the_compiled_row_kernel(compiled):
+    f = compiled["nll"]
+    f(*_inputs(37, 23))
+    before = f.compiled.stats()
+    L, labels = _inputs(50, 23, seed=4)
+    value, grad = f(L, labels)
+    after = f.compiled.stats()
+    assert after["traces"] == before["traces"] + 1
+    assert after["kernel_compiles"] == before["kernel_compiles"]
+    want_value, want_grad = _eager(_nll, L, labels)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-11, atol=1e-15)
+
+
+def test_the_tensor_api_uses_the_row_kernel_too():
+    f = symgrad.compile(_entropy)
+    L, labels = _inputs(9, 7, seed=5)
+    t = symgrad.tensor(L, requires_grad=True)
+    loss = f(t, symgrad.tensor(labels))
+    loss.backward()
+    want_value, want_grad = _eager(_entropy, L, labels)
+    np.testing.assert_allclose(loss.item(), want_value, rtol=1e-12)
+    np.testing.assert_allclose(t.grad.numpy(), want_grad, rtol=1e-11, atol=1e-15)
+
+
+NOT_ROWS = {
+    "one pass (no row value used again)": (lambda L, w: (symgrad.tanh(L) * 2.0).sum(dim=1).mean(), None),
+    "mixes rows (a column mean)": (lambda L, w: ((L - L.mean(dim=0)) ** 2).sum(), None),
+    "a weight shared by the rows": (lambda L, w: symgrad.logsumexp(L * w, dim=1).mean(), "w"),
+    "a transpose": (lambda L, w: symgrad.logsumexp(L.t(), dim=1).mean(), None),
+    "1-D": (lambda x, w: (x - x.max()).exp().sum(), "1d"),
+}
+
+
+@pytest.mark.parametrize("what", NOT_ROWS)
+def test_graphs_that_are_not_row_losses_keep_the_fusers_loops(what):
+    fn, extra = NOT_ROWS[what]
+    L = np.random.default_rng(6).standard_normal((6, 5))
+    args = [L[0] if extra == "1d" else L, np.random.default_rng(7).standard_normal(5) if extra == "w" else 1.0]
+    g = autodiff(symgrad.trace(fn, *args), [0])
+    assert emit_row_kernel(g, "joint", vector={"exp": "vexp"}, vector_import="") is None
+
+
+def test_float32_and_libm_keep_the_fusers_loops():
+    L, labels = _inputs(6, 5)
+    g32 = autodiff(symgrad.trace(w5, L.astype(np.float32), labels), [0])
+    assert emit_row_kernel(g32, "joint", vector={"exp": "vexp"}, vector_import="") is None
+    g = autodiff(symgrad.trace(w5, L, labels), [0])
+    assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="libm").full_source
+    assert "row_kernel" in numba_emit.emit_numba(g, "joint", math="vector").full_source
+    assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="vector", parallel=True).full_source
