@@ -251,8 +251,9 @@ class _RowKernel:
         if not any(self._after_reduction(seg) for seg in self.segments):
             raise _Unsupported   # one pass over the batch: the fuser's loops do the same
         for o in outputs:
-            if o.producer is None or self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and
-                                                                         self.seg_of.get(o) is None):
+            if o.producer is None:
+                continue   # an input the graph returns (a forward saving it): the glue passes it on
+            if self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and self.seg_of.get(o) is None):
                 raise _Unsupported
 
     def _merges_onehot(self, n, o, outputs) -> bool:
@@ -381,7 +382,8 @@ class _RowKernel:
             return f"# %{o.name}: {short}[{dims}] = {n.op}({args})"
 
         params = [names[v.name] for v in g.placeholders]
-        out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in outputs if self.kind[v] in (R, V)}
+        computed = [v for v in outputs if v.producer is not None]
+        out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in computed if self.kind[v] in (R, V)}
         totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
                   if n.op in _FULL_REDUCTIONS and n.outputs[0].shape == ()}
         body: list[str] = []
@@ -518,7 +520,7 @@ class _RowKernel:
                 continue
             after.append(f"    {comment(n)}")
             after.append(f"    {local[o.name]} = {code_of(n)}")
-        scalar_outs = [local[v.name] for v in outputs if self.kind[v] == S]
+        scalar_outs = list(dict.fromkeys(local[v.name] for v in computed if self.kind[v] == S))
         const_params = [c for c, _ in constants]
         head = [f"def row_kernel_0({', '.join(params + list(out_params.values()) + ['n0', 'n1'] + const_params)}):",
                 "    wide_vectors()  # vectorise with the widest vectors the CPU has",
@@ -551,7 +553,8 @@ class _RowKernel:
         glue.append("    if bad_row >= 0:")
         glue.append("        raise IndexError(f'index {bad_index} is out of bounds for axis 1 with size "
                     f"{self.cols} (row {{bad_row}})')")
-        rets = ["None" if v is None else out_params[v] if v in out_params else local[v.name] for v in g.outputs]
+        rets = ["None" if v is None else names[v.name] if v.producer is None else
+                out_params[v] if v in out_params else local[v.name] for v in g.outputs]
         glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         ns = _scalar_namespace()
         ns.update({"np": np})

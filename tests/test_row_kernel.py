@@ -162,3 +162,19 @@ def test_float32_and_libm_keep_the_fusers_loops():
     assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="libm").full_source
     assert "row_kernel" in numba_emit.emit_numba(g, "joint", math="vector").full_source
     assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="vector", parallel=True).full_source
+
+
+def test_a_split_forward_saves_its_row_values_for_the_backward():
+    """``scalar_loss="split"``: the forward is a row kernel that also returns what the backward reads
+    (the exponentials, the row sums, and the labels it passes on); the backward keeps the fused loops."""
+    f = symgrad.compile(w5, scalar_loss="split")
+    L, labels = _inputs(11, 6, seed=8)
+    t = symgrad.tensor(L, requires_grad=True)
+    loss = f(t, symgrad.tensor(labels))
+    k = f.kernels_for(t, symgrad.tensor(labels))
+    assert k.strategy == "split" and "def row_kernel_0(" in k.forward_source
+    assert "row_kernel" not in k.backward_source
+    loss.backward()
+    want_value, want_grad = _eager(w5, L, labels)
+    np.testing.assert_allclose(loss.item(), want_value, rtol=1e-12)
+    np.testing.assert_allclose(t.grad.numpy(), want_grad, rtol=1e-11, atol=1e-15)
