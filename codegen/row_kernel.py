@@ -527,8 +527,10 @@ class _RowKernel:
                 "    distinct_arrays()  # the glue never passes overlapping arrays",
                 "    bad_row = -1  # a row whose index is out of bounds (IndexError in the glue)",
                 "    bad_index = 0"]
-        for buf in sorted(set(later.values())):
-            head.append(f"    {buf} = np.empty(n1)  # one row of a value a later loop reads (stays in L1)")
+        for v, buf in sorted(later.items(), key=lambda item: item[1]):
+            dtype = "" if v.dtype.np == np.float64 else ", np.bool_" if v.dtype.np == np.bool_ else \
+                f", np.{np.dtype(v.dtype.np).name}"
+            head.append(f"    {buf} = np.empty(n1{dtype})  # one row of a value a later loop reads (stays in L1)")
         for t in totals.values():
             head.append(f"    {t} = 0.0")
         head += pre
