@@ -12,7 +12,8 @@ Graphs it takes (anything else returns None and the fuser's kernels run), with `
 of the 2-D placeholders:
 
 * values of shape ``(rows, cols)`` (row vectors), ``(rows,)`` or ``(rows, 1)`` (one number per row)
-  and ``()`` (scalars), float64 for floating-point values;
+  and ``()`` (scalars); floating-point values float64 or float32 (float32 ones computed as in the fused
+  loops: the vector functions' float32 versions, float64 where a constant promotes, rounded where stored);
 * elementwise ops, ``where``, ``detach``, views and broadcasts among them; row reductions
   (``sum``/``mean``/``amax``/``amin`` over dim 1); full ``sum``/``mean`` reductions as outputs;
 * ``x[arange(rows), idx]`` on a 2-D input (one element per row) and its gradient, an
@@ -98,7 +99,7 @@ class _RowKernel:
 
     # --- classification -----------------------------------------------------------------------
     def _shape_kind(self, v: Value) -> str:
-        if v.dtype.is_floating_point and v.dtype.np != np.float64:
+        if v.dtype.is_floating_point and v.dtype.np not in (np.float64, np.float32):
             raise _Unsupported
         shape = tuple(v.shape)
         if shape == ():
@@ -358,9 +359,10 @@ class _RowKernel:
         def code_of(n) -> str:
             printer.suffix = _compute_suffix(n)
             if n.op == "_to_copy":
-                if n.outputs[0].dtype.np != np.float64:
+                target = n.outputs[0].dtype.np
+                if target not in (np.float64, np.float32):
                     raise _Unsupported
-                return f"np.float64({local[n.inputs[0].name]})"
+                return f"np.{np.dtype(target).name}({local[n.inputs[0].name]})"
             if n.op == "where.self":
                 c, a, b = (printer.doprint(_lift_constants(sympy.sympify(x) if not isinstance(x, Value)
                                                            else sympy.Symbol(x.name), constants))
@@ -547,7 +549,7 @@ class _RowKernel:
             else:
                 args.append(names[v.name])
         for v in out_params:
-            args.append(f"np.empty({tuple(int(s) for s in v.shape)!r}, dtype=np.float64)")
+            args.append(f"np.empty({tuple(int(s) for s in v.shape)!r}, dtype=np.{np.dtype(v.dtype.np).name})")
         args += [str(self.rows), str(self.cols)] + [repr(float(value)) for _, value in constants]
         glue.append(f"    # one loop over the {self.rows} rows; per row {len(self.segments)} loops over its "
                     f"{self.cols} columns (codegen/row_kernel.py)")
@@ -555,8 +557,14 @@ class _RowKernel:
         glue.append("    if bad_row >= 0:")
         glue.append("        raise IndexError(f'index {bad_index} is out of bounds for axis 1 with size "
                     f"{self.cols} (row {{bad_row}})')")
-        rets = ["None" if v is None else names[v.name] if v.producer is None else
-                out_params[v] if v in out_params else local[v.name] for v in g.outputs]
+        rets = []
+        for v in g.outputs:
+            if v is None or v.producer is None or v in out_params:
+                rets.append("None" if v is None else names[v.name] if v.producer is None else out_params[v])
+            elif v.dtype.np != np.float64:   # the kernel's scalars are float64: the output keeps its dtype
+                rets.append(f"np.asarray({local[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
+            else:
+                rets.append(local[v.name])
         glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         ns = _scalar_namespace()
         ns.update({"np": np})

@@ -164,10 +164,24 @@ def test_graphs_that_are_not_row_losses_keep_the_fusers_loops(what):
     assert emit_row_kernel(g, "joint", vector={"exp": "vexp"}, vector_import="") is None
 
 
-def test_float32_and_libm_keep_the_fusers_loops():
+@pytest.mark.parametrize("name", ["w5", "nll", "masked"])
+def test_float32_losses_match_eager_and_stay_float32(name):
+    L, labels = _inputs(13, 6, seed=9)
+    L32 = L.astype(np.float32)
+    vg = symgrad.value_and_grad(symgrad.compile(LOSSES[name]))
+    value, grad = vg(L32, labels)
+    assert "def row_kernel_0(" in vg.compiled.kernels_for(L32, labels, wrt=[0], joint_kernel=True).joint_source
+    want_value, want_grad = _eager(LOSSES[name], L32, labels)
+    assert grad.dtype == np.float32
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+    f = symgrad.compile(LOSSES[name])        # the tensor API keeps the loss float32 too
+    loss = f(symgrad.tensor(L32, requires_grad=True), symgrad.tensor(labels))
+    assert loss.dtype == symgrad.float32
+
+
+def test_libm_and_parallel_keep_the_fusers_loops():
     L, labels = _inputs(6, 5)
-    g32 = autodiff(symgrad.trace(w5, L.astype(np.float32), labels), [0])
-    assert emit_row_kernel(g32, "joint", vector={"exp": "vexp"}, vector_import="") is None
     g = autodiff(symgrad.trace(w5, L, labels), [0])
     assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="libm").full_source
     assert "row_kernel" in numba_emit.emit_numba(g, "joint", math="vector").full_source
