@@ -91,16 +91,18 @@ def _parallel_loop(grp: Group, option) -> bool:
     return numba.config.NUMBA_NUM_THREADS > 1 and int(np.prod(grp.shape)) >= PARALLEL_MIN_ELEMENTS
 
 
-def _row_kernel_allowed(graph: Graph, parallel) -> bool:
-    """Row kernels (:mod:`codegen.row_kernel`) run on one thread: not where the loops would run parallel."""
+def _row_kernel_mode(graph: Graph, parallel) -> str | None:
+    """How a row kernel (:mod:`codegen.row_kernel`) would run this graph: ``"parallel"`` (its rows in
+    chunks over Numba's threads, as ``parallel`` asks for the loops) or ``"serial"``."""
     if parallel is True:
-        return False
+        return "parallel"
     if parallel == "auto":
         import numba
 
         biggest = max((int(np.prod(v.shape)) for v in graph.placeholders), default=0)
-        return numba.config.NUMBA_NUM_THREADS == 1 or biggest < PARALLEL_MIN_ELEMENTS
-    return True
+        if numba.config.NUMBA_NUM_THREADS > 1 and biggest >= PARALLEL_MIN_ELEMENTS:
+            return "parallel"
+    return "serial"
 
 
 def _scalar_namespace():
@@ -284,10 +286,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     """
     vector, vector_import = vector_functions(math)
     vectorise = math == "vector"
-    if vectorise and _row_kernel_allowed(graph, parallel):
+    row_mode = _row_kernel_mode(graph, parallel) if vectorise else None
+    if row_mode is not None:
         from .row_kernel import emit_row_kernel
 
-        rows = emit_row_kernel(graph, name, vector=vector, vector_import=vector_import, fastmath=fastmath)
+        rows = emit_row_kernel(graph, name, vector=vector, vector_import=vector_import, fastmath=fastmath,
+                               parallel=row_mode == "parallel")
         if rows is not None:   # a batch whose rows are reduced and used again: one loop over the rows
             return rows
     names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}

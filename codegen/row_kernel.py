@@ -22,7 +22,9 @@ of the 2-D placeholders:
   the fuser's single pass is already as good).
 
 The order of operations within a row is that of the graph; sums over a row are reassociated (as in
-every ``math="vector"`` loop), sums over rows are taken in row order.
+every ``math="vector"`` loop), sums over rows are taken in row order.  A parallel row kernel (the loops'
+``parallel`` option) runs fixed chunks of rows over Numba's threads, each chunk a call of the serial
+kernel, and adds the chunks' partial sums in chunk order.
 
 >>> import numpy as np, symgrad
 >>> from symgrad.autodiff import autodiff
@@ -67,18 +69,22 @@ def _row_arange(part, rows: int) -> bool:
         np.array_equal(part, np.arange(rows))
 
 
-def emit_row_kernel(graph: Graph, name: str, *, vector: dict, vector_import: str, fastmath: bool = False):
+def emit_row_kernel(graph: Graph, name: str, *, vector: dict, vector_import: str, fastmath: bool = False,
+                    parallel: bool = False):
     """A :class:`~codegen.numba_emit.NumbaEmitted` computing ``graph`` row by row, or None when the
-    graph is not one a row kernel takes (module docstring)."""
+    graph is not one a row kernel takes (module docstring).  ``parallel``: the rows are split into
+    :data:`~codegen.numba_emit.PARALLEL_CHUNKS` fixed chunks run over Numba's threads (sums over rows
+    add the chunks' partial sums in chunk order, so they do not depend on the thread count)."""
     try:
-        return _RowKernel(graph, name, vector, vector_import, fastmath).emit()
+        return _RowKernel(graph, name, vector, vector_import, fastmath, parallel).emit()
     except _Unsupported:
         return None
 
 
 class _RowKernel:
-    def __init__(self, graph: Graph, name: str, vector: dict, vector_import: str, fastmath: bool) -> None:
-        self.graph, self.name, self.fastmath = graph, name, fastmath
+    def __init__(self, graph: Graph, name: str, vector: dict, vector_import: str, fastmath: bool,
+                 parallel: bool = False) -> None:
+        self.graph, self.name, self.fastmath, self.parallel = graph, name, fastmath, parallel
         # sin/cos need a range check and a libm rerun of the loop: they stay libm calls here
         self.vector = {k: v for k, v in vector.items() if k not in ("sin", "cos")}
         self.vector_import = vector_import
@@ -401,11 +407,15 @@ class _RowKernel:
                     f"{pad}if {var} < 0:",
                     f"{pad}    {var} += n1",
                     f"{pad}if {var} < 0 or {var} >= n1:  # numpy raises IndexError: the glue does",
-                    f"{pad}    bad_row = i",
-                    f"{pad}    bad_index = {local[idx.name]}",
+                    f"{pad}    {bad_row} = i",
+                    f"{pad}    {bad_index} = {local[idx.name]}",
                     f"{pad}    {var} = 0"]
 
+        from .numba_emit import PARALLEL_CHUNKS
+
         pad = "        "
+        running = totals
+        bad_row, bad_index = "bad_row", "bad_index"
         for v in sorted(row_reads, key=lambda v: g.placeholders.index(v)):
             read = f"{names[v.name]}[i, 0]" if len(v.shape) == 2 else f"{names[v.name]}[i]"
             local[v.name] = f"{names[v.name].rstrip('_')}_in"
@@ -445,7 +455,7 @@ class _RowKernel:
             if kind == "total":
                 n = item
                 body.append(f"{pad}{comment(n)}")
-                body.append(f"{pad}{totals[n.outputs[0]]} += {local[n.inputs[0].name]}")
+                body.append(f"{pad}{running[n.outputs[0]]} += {local[n.inputs[0].name]}")
                 continue
             seg = item
             inner = pad + "    "
@@ -489,7 +499,7 @@ class _RowKernel:
             for r, acc, how in accs:
                 o = r.outputs[0]
                 if o.shape == ():
-                    body.append(f"{pad}{totals[o]} += {acc}")
+                    body.append(f"{pad}{running[o]} += {acc}")
                     continue
                 value = f"{acc} / n1" if how == "mean" else acc
                 local[o.name] = names[o.name]
@@ -524,22 +534,57 @@ class _RowKernel:
             after.append(f"    {local[o.name]} = {code_of(n)}")
         scalar_outs = list(dict.fromkeys(local[v.name] for v in computed if self.kind[v] == S))
         const_params = [c for c, _ in constants]
-        head = [f"def row_kernel_0({', '.join(params + list(out_params.values()) + ['n0', 'n1'] + const_params)}):",
-                "    wide_vectors()  # vectorise with the widest vectors the CPU has",
-                "    distinct_arrays()  # the glue never passes overlapping arrays",
-                "    bad_row = -1  # a row whose index is out of bounds (IndexError in the glue)",
-                "    bad_index = 0"]
+        all_params = params + list(out_params.values()) + ["n0", "n1"] + const_params
+        buffers = []
         for v, buf in sorted(later.items(), key=lambda item: item[1]):
             dtype = "" if v.dtype.np == np.float64 else ", np.bool_" if v.dtype.np == np.bool_ else \
                 f", np.{np.dtype(v.dtype.np).name}"
-            head.append(f"    {buf} = np.empty(n1{dtype})  # one row of a value a later loop reads (stays in L1)")
-        for t in totals.values():
-            head.append(f"    {t} = 0.0")
-        head += pre
-        head.append("    for i in range(n0):")
+            buffers.append(f"    {buf} = np.empty(n1{dtype})  # one row of a value a later loop reads (stays in L1)")
+
+        def rows_function(fname: str, extra: list[str], rows: str) -> list[str]:
+            return ([f"def {fname}({', '.join(all_params + extra)}):",
+                     "    wide_vectors()  # vectorise with the widest vectors the CPU has",
+                     "    distinct_arrays()  # the glue never passes overlapping arrays",
+                     "    bad_row = -1  # a row whose index is out of bounds (IndexError in the glue)",
+                     "    bad_index = 0"] + buffers + [f"    {t} = 0.0" for t in totals.values()] + pre
+                    + [f"    for i in {rows}:"] + body)
+
         results = list(out_params.values()) + scalar_outs + ["bad_row", "bad_index"]
-        kernel = "\n".join(head + body + after + [f"    return ({', '.join(results)},)"])
-        kernel = decorator(False, self.fastmath, True) + "\n" + kernel
+        if not self.parallel:
+            kernel = "\n".join(rows_function("row_kernel_0", [], "range(n0)") + after
+                               + [f"    return ({', '.join(results)},)"])
+            kernels = [decorator(False, self.fastmath, True) + "\n" + kernel]
+        else:
+            # Each chunk of rows runs the serial function: called, not inlined into the parallel loop's
+            # outlined body, it keeps its arrays' noalias promise (inside that body the arrays are loaded
+            # from the gufunc's argument block, LLVM checks their overlap at run time, and the last bits of a
+            # row's sum depended on where the chunk's row buffers were: on the thread count).
+            chunks = PARALLEL_CHUNKS
+            block_results = list(totals.values()) + ["bad_row", "bad_index"]
+            block = rows_function("row_block_0", ["lo", "hi"], "range(lo, hi)") + \
+                [f"    return ({', '.join(block_results)},)"]
+            parts = [f"part_{t}" for t in totals.values()]
+            wrapper = [f"def row_kernel_0({', '.join(all_params)}):"] + pre
+            wrapper += [f"    {p} = np.zeros({chunks})" for p in parts]
+            wrapper += [f"    bad_rows = np.full({chunks}, -1, np.int64)",
+                        f"    bad_indices = np.zeros({chunks}, np.int64)",
+                        f"    for c in prange({chunks}):  # fixed chunks of rows over Numba's threads",
+                        f"        lo = c * n0 // {chunks}",
+                        f"        hi = (c + 1) * n0 // {chunks}",
+                        f"        chunk = row_block_0({', '.join(all_params)}, lo, hi)"]
+            wrapper += [f"        {p}[c] = chunk[{k}]" for k, p in enumerate(parts)]
+            wrapper += [f"        bad_rows[c] = chunk[{len(parts)}]",
+                        f"        bad_indices[c] = chunk[{len(parts) + 1}]"]
+            for t, p in zip(totals.values(), parts):
+                # in chunk order (``.sum()`` in a parallel function became a parallel reduction: its last
+                # bits depended on the thread count)
+                wrapper += [f"    {t} = 0.0", f"    for c in range({chunks}):", f"        {t} += {p}[c]"]
+            wrapper += ["    bad_row = -1", "    bad_index = 0", f"    for c in range({chunks}):",
+                        "        if bad_row < 0 and bad_rows[c] >= 0:",
+                        "            bad_row = bad_rows[c]", "            bad_index = bad_indices[c]"]
+            wrapper += after + [f"    return ({', '.join(results)},)"]
+            kernels = [decorator(False, self.fastmath, True) + "\n" + "\n".join(block),
+                       decorator(True, self.fastmath, True) + "\n" + "\n".join(wrapper)]
         # the glue
         glue = [f"def {self.name}({', '.join(params)}):"]
         args = []
@@ -570,7 +615,7 @@ class _RowKernel:
         ns.update({"np": np})
         imports = VECTOR_IMPORT_LINES + "from codegen.scalar_math import rmax, rmin\n" + \
             (self.vector_import.rstrip("\n") + "\n" if self.vector_import else "")
-        return NumbaEmitted(self.name, "\n".join(glue), [kernel], ns, imports, "vector")
+        return NumbaEmitted(self.name, "\n".join(glue), kernels, ns, imports, "vector")
 
 
 def _row_closure(values: set, graph: Graph) -> set:

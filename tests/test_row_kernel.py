@@ -81,7 +81,7 @@ def test_row_losses_match_eager_and_run_as_one_row_loop(compiled, name):
 def test_w5_gradient_is_bit_identical_to_the_fusers_loops(compiled, monkeypatch):
     L, labels = _inputs(64, 40, seed=1)
     value, grad = compiled["w5"](L, labels)
-    monkeypatch.setattr(numba_emit, "_row_kernel_allowed", lambda graph, parallel: False)
+    monkeypatch.setattr(numba_emit, "_row_kernel_mode", lambda graph, parallel: None)
     fused = symgrad.value_and_grad(symgrad.compile(w5, cache=False))
     value_f, grad_f = fused(L, labels)
     assert "row_kernel" not in fused.compiled.kernels_for(L, labels, wrt=[0], joint_kernel=True).joint_source
@@ -180,12 +180,40 @@ def test_float32_losses_match_eager_and_stay_float32(name):
     assert loss.dtype == symgrad.float32
 
 
-def test_libm_and_parallel_keep_the_fusers_loops():
+def test_libm_keeps_the_fusers_loops():
     L, labels = _inputs(6, 5)
     g = autodiff(symgrad.trace(w5, L, labels), [0])
     assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="libm").full_source
     assert "row_kernel" in numba_emit.emit_numba(g, "joint", math="vector").full_source
-    assert "row_kernel" not in numba_emit.emit_numba(g, "joint", math="vector", parallel=True).full_source
+
+
+@pytest.mark.parametrize("name", ["w5", "nll", "centred"])
+def test_parallel_row_kernels_match_serial_and_do_not_depend_on_the_thread_count(name):
+    """``parallel=True``: fixed chunks of rows over Numba's threads.  The gradient rows are the serial
+    kernel's bits; sums over rows add per-chunk partial sums, the same for 1 and 2 threads."""
+    import numba
+
+    L, labels = _inputs(301, 17, seed=10)
+    par = symgrad.value_and_grad(symgrad.compile(LOSSES[name], parallel=True))
+    value, grad = par(L, labels)
+    if name != "centred":                            # an out-of-range label, in a later chunk of rows
+        bad = labels.copy()
+        bad[250] = 17
+        with pytest.raises(IndexError, match="index 17 is out of bounds for axis 1 with size 17"):
+            par(L, bad)
+    source = par.compiled.kernels_for(L, labels, wrt=[0], joint_kernel=True).joint_source
+    assert "for c in prange(" in source and "def row_kernel_0(" in source
+    serial_value, serial_grad = symgrad.value_and_grad(symgrad.compile(LOSSES[name], parallel=False))(L, labels)
+    np.testing.assert_array_equal(grad, serial_grad)
+    np.testing.assert_allclose(value, serial_value, rtol=1e-13)
+    if numba.config.NUMBA_NUM_THREADS > 1:
+        before = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            one_value, one_grad = par(L, labels)
+        finally:
+            numba.set_num_threads(before)
+        assert one_value == value and np.array_equal(one_grad, grad)
 
 
 def test_a_split_forward_saves_its_row_values_for_the_backward():
