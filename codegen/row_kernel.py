@@ -420,13 +420,18 @@ class _RowKernel:
             read = f"{names[v.name]}[i, 0]" if len(v.shape) == 2 else f"{names[v.name]}[i]"
             local[v.name] = f"{names[v.name].rstrip('_')}_in"
             body.append(f"{pad}{local[v.name]} = {read}")
-        for n in self.pre:
-            o = n.outputs[0]
-            if n.op in _ALIASES:
-                local[o.name] = local[n.inputs[0].name]
-                continue
-            pre.append(f"    {comment(n)}")
-            pre.append(f"    {local[o.name]} = {code_of(n)}")
+
+        def scalar_steps(nodes: list, lines: list[str]) -> None:
+            """Scalar nodes computed once (before or after the rows), as statements of the kernel."""
+            for n in nodes:
+                o = n.outputs[0]
+                if n.op in _ALIASES:
+                    local[o.name] = local[n.inputs[0].name]
+                    continue
+                lines.append(f"    {comment(n)}")
+                lines.append(f"    {local[o.name]} = {code_of(n)}")
+
+        scalar_steps(self.pre, pre)
         for kind, item in self.steps:
             if kind == "row":
                 n = item
@@ -525,13 +530,7 @@ class _RowKernel:
                     if _FULL_REDUCTIONS[n.op] == "mean" else None
                 local[o.name] = names[o.name]
                 after.append(f"    {local[o.name]} = {totals[o] + ' / (' + count + ')' if count else totals[o]}")
-        for n in self.post:
-            o = n.outputs[0]
-            if n.op in _ALIASES:
-                local[o.name] = local[n.inputs[0].name]
-                continue
-            after.append(f"    {comment(n)}")
-            after.append(f"    {local[o.name]} = {code_of(n)}")
+        scalar_steps(self.post, after)
         scalar_outs = list(dict.fromkeys(local[v.name] for v in computed if self.kind[v] == S))
         const_params = [c for c, _ in constants]
         all_params = params + list(out_params.values()) + ["n0", "n1"] + const_params

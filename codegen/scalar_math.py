@@ -106,6 +106,11 @@ def radd(typingctx, acc, value):
     >>> total(np.arange(5, dtype=np.float32))
     10.0
     """
+    return _reduction_step(acc, value, lambda builder, a, b: builder.fadd(a, b, flags=("reassoc", "nsz")))
+
+
+def _reduction_step(acc, value, combine):
+    """Signature and codegen of one step ``acc = combine(acc, value)`` of a loop's float64 reduction."""
     if not isinstance(acc, types.Float) or not isinstance(value, (types.Float, types.Integer, types.Boolean)):
         return None
     sig = types.float64(acc, value)
@@ -113,25 +118,18 @@ def radd(typingctx, acc, value):
     def codegen(context, builder, signature, args):
         a = context.cast(builder, args[0], signature.args[0], types.float64)
         b = context.cast(builder, args[1], signature.args[1], types.float64)
-        return builder.fadd(a, b, flags=("reassoc", "nsz"))
+        return combine(builder, a, b)
 
     return sig, codegen
 
 
 def _nan_propagating(name: str, acc, value):
-    """Signature and codegen of ``llvm.<name>.f64(acc, value)`` (``maximum``/``minimum``: nan wins)."""
-    if not isinstance(acc, types.Float) or not isinstance(value, (types.Float, types.Integer, types.Boolean)):
-        return None
-    sig = types.float64(acc, value)
-
-    def codegen(context, builder, signature, args):
-        a = context.cast(builder, args[0], signature.args[0], types.float64)
-        b = context.cast(builder, args[1], signature.args[1], types.float64)
+    """A reduction step calling ``llvm.<name>.f64(acc, value)`` (``maximum``/``minimum``: nan wins)."""
+    def combine(builder, a, b):
         fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()] * 2)
-        fn = builder.module.declare_intrinsic(f"llvm.{name}.f64", fnty=fnty)
-        return builder.call(fn, [a, b])
+        return builder.call(builder.module.declare_intrinsic(f"llvm.{name}.f64", fnty=fnty), [a, b])
 
-    return sig, codegen
+    return _reduction_step(acc, value, combine)
 
 
 @intrinsic
