@@ -83,26 +83,25 @@ PARALLEL_MIN_ELEMENTS = 1 << 22
 MAX_VECTOR_CALLS = 16
 
 
+def _threads_pay(elements: int) -> bool:
+    """``parallel="auto"``: whether work over this many elements runs on Numba's threads."""
+    import numba
+
+    return numba.config.NUMBA_NUM_THREADS > 1 and elements >= PARALLEL_MIN_ELEMENTS
+
+
 def _parallel_loop(grp: Group, option) -> bool:
     if option != "auto":
         return bool(option) and len(grp.shape) > 0
-    import numba
-
-    return numba.config.NUMBA_NUM_THREADS > 1 and int(np.prod(grp.shape)) >= PARALLEL_MIN_ELEMENTS
+    return _threads_pay(int(np.prod(grp.shape)))
 
 
-def _row_kernel_mode(graph: Graph, parallel) -> str | None:
+def _row_kernel_mode(graph: Graph, parallel) -> str:
     """How a row kernel (:mod:`codegen.row_kernel`) would run this graph: ``"parallel"`` (its rows in
     chunks over Numba's threads, as ``parallel`` asks for the loops) or ``"serial"``."""
-    if parallel is True:
-        return "parallel"
     if parallel == "auto":
-        import numba
-
-        biggest = max((int(np.prod(v.shape)) for v in graph.placeholders), default=0)
-        if numba.config.NUMBA_NUM_THREADS > 1 and biggest >= PARALLEL_MIN_ELEMENTS:
-            return "parallel"
-    return "serial"
+        parallel = _threads_pay(max((int(np.prod(v.shape)) for v in graph.placeholders), default=0))
+    return "parallel" if parallel is True else "serial"
 
 
 def _scalar_namespace():

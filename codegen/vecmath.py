@@ -113,6 +113,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .simd import _cpu_features
+
 __all__ = [
     "IMPORT_LINE",
     "SIN_COS_LIMIT_F32",
@@ -248,31 +250,27 @@ def _int_to_float(typingctx, e):
     return None
 
 
+def _pow2_ir(builder, e):
+    """LLVM IR of the float64 2.0**e for an int64 value -1022 <= e <= 1023 (the exponent bits)."""
+    return builder.bitcast(builder.shl(builder.add(e, ir.Constant(_I64, 1023)), ir.Constant(_I64, 52)), _F64)
+
+
 @intrinsic
 def _pow2(typingctx, k):
     """2.0**k for an int64 -1022 <= k <= 1023."""
     if isinstance(k, types.Integer):
 
         def codegen(context, builder, sig, args):
-            v = context.cast(builder, args[0], k, types.int64)
-            return builder.bitcast(builder.shl(builder.add(v, ir.Constant(_I64, 1023)), ir.Constant(_I64, 52)), _F64)
+            return _pow2_ir(builder, context.cast(builder, args[0], k, types.int64))
 
         return types.float64(k), codegen
     return None
 
 
-def _has_avx512() -> bool:
-    """Whether this CPU has AVX-512F (numpy's view of it, as the build cache's key records)."""
-    try:
-        features = np._core._multiarray_umath.__cpu_features__
-    except AttributeError:  # numpy < 2
-        features = np.core._multiarray_umath.__cpu_features__
-    return bool(features.get("AVX512F"))
-
-
 # llvm.ldexp becomes one ``vscalefpd`` per vector on AVX-512, which rounds once also for subnormal results;
 # elsewhere LLVM calls libm's ldexp per lane, so the scaling stays integer arithmetic on the exponent bits.
-_SCALE_BY_LDEXP = _has_avx512()
+# (numpy's view of the CPU, as the build cache's key records it.)
+_SCALE_BY_LDEXP = bool(_cpu_features().get("AVX512F"))
 
 
 @intrinsic
@@ -290,13 +288,7 @@ def _scale2(typingctx, p, k):
             # two factors 2^(k>>1) * 2^(k - k>>1): both normal over the whole range, the first product
             # exact, the second rounding once (but twice for subnormal results: within 1 ulp there)
             k1 = builder.ashr(kv, ir.Constant(_I64, 1))
-            k2 = builder.sub(kv, k1)
-
-            def pow2(e):
-                return builder.bitcast(builder.shl(builder.add(e, ir.Constant(_I64, 1023)), ir.Constant(_I64, 52)),
-                                       _F64)
-
-            return builder.fmul(builder.fmul(x, pow2(k1)), pow2(k2))
+            return builder.fmul(builder.fmul(x, _pow2_ir(builder, k1)), _pow2_ir(builder, builder.sub(kv, k1)))
 
         return types.float64(p, k), codegen
     return None
