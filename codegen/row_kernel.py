@@ -64,6 +64,13 @@ class _Segment:
         self.reductions: list = []     # nodes reducing a row vector of this loop (row or full)
 
 
+def _over_columns(n) -> bool:
+    """Whether a reduction node of a 2-D value reduces exactly its last dim (``dim=1`` or ``-1``)."""
+    dims = n.args[1]
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    return [d % 2 for d in dims] == [1]
+
+
 def _row_arange(part, rows: int) -> bool:
     return isinstance(part, np.ndarray) and part.ndim == 1 and part.shape[0] == rows and \
         np.array_equal(part, np.arange(rows))
@@ -85,8 +92,10 @@ class _RowKernel:
     def __init__(self, graph: Graph, name: str, vector: dict, vector_import: str, fastmath: bool,
                  parallel: bool = False) -> None:
         self.graph, self.name, self.fastmath, self.parallel = graph, name, fastmath, parallel
+        from .numba_emit import _RANGE_CHECKED
+
         # sin/cos need a range check and a libm rerun of the loop: they stay libm calls here
-        self.vector = {k: v for k, v in vector.items() if k not in ("sin", "cos")}
+        self.vector = {k: v for k, v in vector.items() if k not in _RANGE_CHECKED}
         self.vector_import = vector_import
         two_d = [p.shape for p in graph.placeholders if len(p.shape) == 2]
         if not two_d or two_d[0][1] < 2:
@@ -181,28 +190,24 @@ class _RowKernel:
                 self.kind[o] = S
                 self.after_rows.add(o)
                 if kinds[0] == V:
-                    open_seg = self._loop_for(ins[0], open_seg, pending, close, open_new)
+                    open_seg = self._loop_for(n, open_seg, pending, close, open_new)
                     open_seg.reductions.append(n)
                     continue
                 step = ("total", n)
             elif n.op in ("sum.dim_IntList", "mean.dim") and kinds == [H]:
                 # a one-hot row sums to its one value (zeros add exactly; that value is never -0.0)
-                dims = n.args[1]
-                dims = [dims] if isinstance(dims, int) else list(dims or [])
-                if [d % 2 for d in dims] != [1] or n.args[-1] is not None or self._shape_kind(o) != R:
+                if not _over_columns(n) or n.args[-1] is not None or self._shape_kind(o) != R:
                     raise _Unsupported
                 self.kind[o] = R
                 step = ("row", n)
             elif n.op in _ROW_REDUCTIONS:
-                dims = n.args[1]
-                dims = [dims] if isinstance(dims, int) else list(dims or [])
-                if kinds != [V] or [d % 2 for d in dims] != [1] or (n.op in ("sum.dim_IntList", "mean.dim")
-                                                                      and n.args[-1] is not None):
+                if kinds != [V] or not _over_columns(n) or (n.op in ("sum.dim_IntList", "mean.dim")
+                                                           and n.args[-1] is not None):
                     raise _Unsupported
                 self.kind[o] = R
                 if self._shape_kind(o) != R:
                     raise _Unsupported
-                open_seg = self._loop_for(ins[0], open_seg, pending, close, open_new)
+                open_seg = self._loop_for(n, open_seg, pending, close, open_new)
                 open_seg.reductions.append(n)
                 pending.add(o)
                 continue
@@ -234,7 +239,7 @@ class _RowKernel:
                     self.seg_of[o] = None   # a row value broadcast along the row: an alias, no loop
                     step = ("row", n)
                 elif k == V:
-                    open_seg = self._loop_for_node(n, open_seg, pending, close, open_new)
+                    open_seg = self._loop_for(n, open_seg, pending, close, open_new)
                     open_seg.nodes.append(n)
                     self.seg_of[o] = open_seg
                     continue
@@ -280,27 +285,12 @@ class _RowKernel:
         self.fixups[n] = hs[0]
         return True
 
-    def _vector_inputs(self, n) -> list[Value]:
-        out = []
-        for v in n.inputs:
-            if self.kind.get(v) == V and v.producer is not None:
-                if self.seg_of.get(v) is None:
-                    continue   # a broadcast row value
-                out.append(v)
-        return out
-
-    def _loop_for_node(self, n, open_seg, pending, close, open_new):
-        """The loop a row-vector node goes into: the open one unless it reads a row value that loop
-        is still reducing."""
+    def _loop_for(self, n, open_seg, pending, close, open_new):
+        """The loop a row-vector node (or a reduction of one) goes into: the open one unless it reads a
+        row value that loop is still reducing."""
         if open_seg is not None and any(self._row_source(v) in pending for v in n.inputs):
             close()
             open_seg = None
-        if open_seg is None:
-            open_new()
-            open_seg = self.segments[-1]
-        return open_seg
-
-    def _loop_for(self, v, open_seg, pending, close, open_new):
         if open_seg is None:
             open_new()
             open_seg = self.segments[-1]
@@ -322,14 +312,14 @@ class _RowKernel:
         reads = set()
         for n in seg.nodes:
             reads.update(self._row_source(v) for v in n.inputs)
-        return bool(reads & _row_closure(earlier, self.graph))
+        return bool(reads & _row_closure(earlier, self.nodes))
 
     # --- code ---------------------------------------------------------------------------------
     def emit(self):
         from symgrad.ir.graph import SHORT_DTYPES
 
         from .numba_emit import (
-            _RANGE_CHECKED,
+            PARALLEL_CHUNKS,
             NumbaEmitted,
             _compute_suffix,
             _generic_arg,
@@ -351,14 +341,10 @@ class _RowKernel:
         # row vectors a later loop reads: kept in a row buffer
         later = {}
         for seg in self.segments:
-            for n in seg.nodes:
+            for n in seg.nodes + seg.reductions:
                 for v in n.inputs:
                     if self.kind.get(v) == V and self.seg_of.get(v) not in (None, seg) and v.producer is not None:
                         later[v] = f"row_{names[v.name]}"
-            for r in seg.reductions:
-                v = r.inputs[0]
-                if v.producer is not None and self.seg_of.get(v) not in (None, seg):
-                    later[v] = f"row_{names[v.name]}"
         for v in self.gathered:
             later[v] = f"row_{names[v.name]}"
 
@@ -374,11 +360,7 @@ class _RowKernel:
                                                            else sympy.Symbol(x.name), constants))
                            for x in n.args[:3])
                 return f"where({c}, {a}, {b})"
-            seen = len(printer.checks)
-            code = printer.doprint(_lift_constants(n.expr, constants))
-            if len(printer.checks) != seen or any(f in code for f in _RANGE_CHECKED if f"v{f}_" in code):
-                raise _Unsupported
-            return code
+            return printer.doprint(_lift_constants(n.expr, constants))
 
         def comment(n) -> str:
             # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
@@ -407,15 +389,11 @@ class _RowKernel:
                     f"{pad}if {var} < 0:",
                     f"{pad}    {var} += n1",
                     f"{pad}if {var} < 0 or {var} >= n1:  # numpy raises IndexError: the glue does",
-                    f"{pad}    {bad_row} = i",
-                    f"{pad}    {bad_index} = {local[idx.name]}",
+                    f"{pad}    bad_row = i",
+                    f"{pad}    bad_index = {local[idx.name]}",
                     f"{pad}    {var} = 0"]
 
-        from .numba_emit import PARALLEL_CHUNKS
-
         pad = "        "
-        running = totals
-        bad_row, bad_index = "bad_row", "bad_index"
         for v in sorted(row_reads, key=lambda v: g.placeholders.index(v)):
             read = f"{names[v.name]}[i, 0]" if len(v.shape) == 2 else f"{names[v.name]}[i]"
             local[v.name] = f"{names[v.name].rstrip('_')}_in"
@@ -436,6 +414,9 @@ class _RowKernel:
             if kind == "row":
                 n = item
                 o = n.outputs[0]
+                if n.op in _ALIASES:      # a view or broadcast of a row value: the same local
+                    local[o.name] = local[n.inputs[0].name]
+                    continue
                 body.append(f"{pad}{comment(n)}")
                 if n.op == "index_put_add":
                     idx, val = self.onehot[o]
@@ -448,9 +429,6 @@ class _RowKernel:
                     src = f"{names[x.name]}[i, {index_vars[idx]}]" if x.producer is None else \
                         f"{later[x]}[{index_vars[idx]}]" if x in later else local[x.name]
                     body.append(f"{pad}{local[o.name]} = {src}")
-                elif n.op in _ALIASES:
-                    local[o.name] = local[n.inputs[0].name]
-                    body.pop()
                 elif n.op in ("sum.dim_IntList", "mean.dim"):   # of a one-hot row: its one value
                     h = local[n.inputs[0].name]
                     body.append(f"{pad}{local[o.name]} = {h + ' / n1' if n.op == 'mean.dim' else h}")
@@ -460,7 +438,7 @@ class _RowKernel:
             if kind == "total":
                 n = item
                 body.append(f"{pad}{comment(n)}")
-                body.append(f"{pad}{running[n.outputs[0]]} += {local[n.inputs[0].name]}")
+                body.append(f"{pad}{totals[n.outputs[0]]} += {local[n.inputs[0].name]}")
                 continue
             seg = item
             inner = pad + "    "
@@ -472,14 +450,10 @@ class _RowKernel:
                 body.append(f"{pad}{acc} = {_INIT[how]}")
             body.append(f"{pad}for j in range(n1):")
             reads = []
-            for n in seg.nodes:
+            for n in seg.nodes + seg.reductions:
                 for v in n.inputs:
                     if self.kind.get(v) == V and v.producer is None and v not in reads:
                         reads.append(v)
-            for r in seg.reductions:
-                v = r.inputs[0]
-                if v.producer is None and v not in reads:
-                    reads.append(v)
             for v in reads:
                 local[v.name] = f"{names[v.name].rstrip('_')}_ij"
                 body.append(f"{inner}{local[v.name]} = {names[v.name]}[i, j]")
@@ -504,7 +478,7 @@ class _RowKernel:
             for r, acc, how in accs:
                 o = r.outputs[0]
                 if o.shape == ():
-                    body.append(f"{pad}{running[o]} += {acc}")
+                    body.append(f"{pad}{totals[o]} += {acc}")
                     continue
                 value = f"{acc} / n1" if how == "mean" else acc
                 local[o.name] = names[o.name]
@@ -617,10 +591,10 @@ class _RowKernel:
         return NumbaEmitted(self.name, "\n".join(glue), kernels, ns, imports, "vector")
 
 
-def _row_closure(values: set, graph: Graph) -> set:
+def _row_closure(values: set, nodes: list) -> set:
     """``values`` and the row values computed from them by per-row steps (aliases and elementwise)."""
     out = set(values)
-    for n in graph.nodes:
+    for n in nodes:
         if any(v in out for v in n.inputs) and n.outputs[0].shape != () and len(n.outputs[0].shape) <= 2:
             if tuple(n.outputs[0].shape[1:]) in ((), (1,)):
                 out.update(n.outputs)
@@ -649,18 +623,17 @@ def _decompose_softmax(nodes: list) -> list:
             return sympy.Symbol(v.name)
 
         m, t, e, s = value("max", rows), value("shifted", x.shape), value("exp", x.shape), value("sum", rows)
-        out += [Node("amax", (x, (1,), True), [m]),
-                Node("sub.Tensor", (x, m), [t], expr=sym(x) - sym(m)),
-                Node("exp", (t,), [e], expr=sympy.exp(sym(t))),
-                Node("sum.dim_IntList", (e, (1,), True, None), [s])]
+        steps = [Node("amax", (x, (1,), True), [m]),
+                 Node("sub.Tensor", (x, m), [t], expr=sym(x) - sym(m)),
+                 Node("exp", (t,), [e], expr=sympy.exp(sym(t))),
+                 Node("sum.dim_IntList", (e, (1,), True, None), [s])]
         if n.op == "_softmax":
-            out.append(Node("div.Tensor", (e, s), [o], expr=sym(e) / sym(s)))
+            steps.append(Node("div.Tensor", (e, s), [o], expr=sym(e) / sym(s)))
         else:
             lg = value("log", rows)
-            out += [Node("log", (s,), [lg], expr=sympy.log(sym(s))),
-                    Node("sub.Tensor", (t, lg), [o], expr=sym(t) - sym(lg))]
-        for step in out[-6:]:
-            for v in step.outputs:
-                if v is not o:
-                    v.producer = step   # the new values are computed, not inputs
+            steps += [Node("log", (s,), [lg], expr=sympy.log(sym(s))),
+                      Node("sub.Tensor", (t, lg), [o], expr=sym(t) - sym(lg))]
+        for step in steps[:-1]:
+            step.outputs[0].producer = step   # the new values are computed, not inputs (o keeps its node)
+        out += steps
     return out
