@@ -9,7 +9,7 @@ The traced function is a chain of ``n`` elementwise ops on ``x[64]`` (float64) t
 ``n`` we time
 
 - **trace**: ``symgrad.trace(chain, x)`` (eager forward of every op plus recording);
-- **autodiff**: ``symgrad.autodiff.autodiff(graph)`` on that graph, which replays it under the autograd
+- **autodiff**: ``symgrad.compiler.autodiff.autodiff(graph)`` on that graph, which replays it under the autograd
   engine, traces the backward with ``create_graph=True`` into a joint graph and simplifies it
   (fold_constants, cse, dce);
 
@@ -88,7 +88,7 @@ def _timed(fn):
 
 def measure(n: int, repeats: int, x: np.ndarray) -> dict:
     import symgrad
-    from symgrad.autodiff import autodiff
+    from symgrad.compiler.autodiff import autodiff
     from symgrad.ir import interpret
 
     chain = make_chain(n, symgrad)

@@ -1,10 +1,10 @@
 """Emit Python source for a Graph: one statement per IR node, with the node as a comment.
 
 This is the numpy emitter: elementwise nodes are printed from their sympy expression by the
-same :class:`~codegen.printers.FormulaPrinter` that prints the rule table's formulas, and
+same :class:`~symgrad.rules.printers.FormulaPrinter` that prints the rule table's formulas, and
 structural nodes call their op's numpy forward.  The result is readable and is the source
-that actually runs (``symgrad.compile(backend="numpy")``).  Fused Numba loop nests are the
-next emitter (see the README's roadmap); they take the same graphs.
+that actually runs (``symgrad.compile(backend="numpy")``).  The Numba emitter
+(:mod:`codegen.numba_emit`) takes the same graphs and reuses these statements for its glue.
 
 >>> import numpy as np, symgrad
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x).sum(), np.ones(3))
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
+from symgrad.ir import opinfo
 from symgrad.ir.graph import Graph, IndexRef, Value, _arg_text
-from symgrad.ops import registry, vocab
-
-from .printers import FormulaPrinter
+from symgrad.rules import vocab
+from symgrad.rules.printers import FormulaPrinter
 
 
 @dataclass
@@ -118,8 +118,7 @@ def node_statements(n, names: dict, ns: dict) -> list[str]:
     """Glue statements for a node run by its op's numpy forward (constants and detach included)."""
     lines = [f"    # {node_comment(n)}"]
     # unbind over a dim of size 1 has one output, still returned in a sequence
-    seq = len(n.outputs) > 1 or (n.op not in ("constant", "detach") and
-                                 registry.get(n.op).rule.schema.returns.endswith("[]"))
+    seq = len(n.outputs) > 1 or (n.op not in ("constant", "detach") and opinfo.returns_sequence(n.op))
     target = ", ".join(names[o.name] for o in n.outputs) + ("," if seq else "")
     label = names[n.outputs[0].name]
     if n.op == "constant":
@@ -129,7 +128,7 @@ def node_statements(n, names: dict, ns: dict) -> list[str]:
         lines.append(f"    {target} = {names[n.args[0].name]}")
     else:
         key = "op_" + _ident(n.op).rstrip("_")
-        ns[key] = registry.get(n.op).forward
+        ns[key] = opinfo.numpy_forward(n.op)
         ns.setdefault("__ops__", {})[key] = n.op  # lets codegen.jit write `op_x = _op("x").forward`
         call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
         lines.append(f"    {target} = {call if seq else f'asarray({call})'}")

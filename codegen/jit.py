@@ -9,9 +9,10 @@ module serves every input size; the per-call Python glue is made in memory.
 
 What is trusted, and why (nothing in the cache is taken on faith):
 
-* The directory is ``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad`` or
-  ``~/.cache/symgrad``.  It is created with mode 0700 and refused (a warning, then kernels
-  compile in memory) if another user owns it, others can write to it, or it is read-only.
+* The directory is :func:`symgrad.rules.diskcache.cache_dir`: ``$SYMGRAD_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/symgrad`` or ``~/.cache/symgrad``, created with mode 0700 and refused (a
+  warning, then kernels compile in memory) if another user owns it, others can write to it, or
+  it is read-only.
 * A module's text starts with a stamp of the versions that shape the code (format, Numba,
   numpy, Python, and a hash of the helper modules inlined into kernels: Numba's cache of a
   kernel holds their code but only checks the kernel's file) and its file is named by the
@@ -36,96 +37,29 @@ import functools
 import hashlib
 import importlib.util
 import logging
-import os
 import pickle
 import re
-import stat
 import sys
-import tempfile
 import threading
-import warnings
 from pathlib import Path
 
 import numba
 import numpy as np
+
+from symgrad.rules.diskcache import TMP_PREFIX, atomic_write, cache_dir, cache_path, cache_problem
+from symgrad.rules.diskcache import warn_once as _warn
 
 from .scalar_math import IMPORT_LINES, PARALLEL_PRANGE_ONLY, SCALAR_NAMESPACE
 
 FORMAT_VERSION = 2
 PREFIX = "symgrad_kernels_"
 MODULE_RE = re.compile(rf"^{PREFIX}[0-9a-f]{{24}}\.py$")
-_TMP_PREFIX = f".{PREFIX}tmp-"
 # Trailer of a Numba data file written through symgrad: magic + SHA-256 of the pickled body.
 _TRAILER_MAGIC = b"SGNBC1\x00\x00"
 _TRAILER_SIZE = len(_TRAILER_MAGIC) + 32
 
 log = logging.getLogger("symgrad.cache")
 _lock = threading.RLock()          # module loading and the table below, across threads
-_warned: set[str] = set()
-
-
-def _warn(msg: str) -> None:
-    """One warning per distinct message per process (a refused directory is not news every call)."""
-    log.info(msg)
-    if msg not in _warned:
-        _warned.add(msg)
-        warnings.warn(msg, UserWarning, stacklevel=4)
-
-
-def cache_path() -> Path:
-    """Where the kernel cache lives (it may not exist yet)."""
-    root = os.environ.get("SYMGRAD_CACHE_DIR")
-    if root:
-        return Path(root).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "symgrad"
-
-
-def cache_problem(path: Path) -> str | None:
-    """Why the existing directory ``path`` must not be used as a cache, or None if it is fine."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        return f"it cannot be read ({exc})"
-    if not stat.S_ISDIR(info.st_mode):
-        return "it is not a directory"
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        return f"it is owned by another user (uid {info.st_uid})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"it is writable by others (mode {oct(info.st_mode & 0o777)})"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return "it is read-only"
-    return None
-
-
-def cache_dir() -> Path | None:
-    """The kernel cache directory (created with mode 0700), or None when it cannot be used safely."""
-    path = cache_path()
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        _warn(f"symgrad: kernel cache {path} is unusable ({exc}); compiling in memory")
-        return None
-    problem = cache_problem(path)
-    if problem is not None:
-        _warn(f"symgrad: refusing kernel cache {path}: {problem}; compiling in memory "
-              "(set SYMGRAD_CACHE_DIR to a private directory)")
-        return None
-    return path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 _loaded: dict[str, dict] = {}   # module name (+ ":memory") -> {kernel name: dispatcher}, for this process
@@ -242,7 +176,7 @@ def _load_module(name: str, text: str, entries: list[str]) -> dict | None:
         if not _verified(path, name):  # missing, truncated, edited or from other versions
             if path.exists():
                 log.info("kernel module %s failed its hash check; rewriting it", path)
-            _atomic_write(path, text.encode())
+            atomic_write(path, text.encode())
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # Numba's cache locator needs the module registered by name
@@ -346,8 +280,8 @@ def _entries(directory: Path) -> tuple[list[Path], list[Path]]:
     """(module files, other files symgrad made: Numba's cache of them, leftover temporaries)."""
     modules = sorted(p for p in directory.glob(f"{PREFIX}*.py") if MODULE_RE.match(p.name))
     others = sorted(p for p in directory.glob(f"{PREFIX}*") if p not in modules)
-    others += sorted(directory.glob(f"{_TMP_PREFIX}*"))
-    # symgrad.build_cache's files: generated code per traced graph, printed elementwise forwards
+    others += sorted(directory.glob(f"{TMP_PREFIX}*"))
+    # symgrad.compiler.build_cache's files: generated code per traced graph, printed elementwise forwards
     others += sorted(directory.glob("symgrad_build_*.json")) + sorted(directory.glob("symgrad_formulas_*.json"))
     pycache = directory / "__pycache__"
     if pycache.is_dir():

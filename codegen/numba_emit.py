@@ -60,10 +60,10 @@ import numpy as np
 import sympy
 
 from symgrad.ir.graph import SHORT_DTYPES, Graph, Value, _arg_text
+from symgrad.rules.printers import FUNCTION_NAMES
 
 from .emit import _ident, _Printer, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
-from .printers import FUNCTION_NAMES
 
 MATH_MODES = ("vector", "libm")
 

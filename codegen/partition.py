@@ -9,7 +9,7 @@ per element on the CPU: measured slower to redo than to read back), matmuls, red
 indexing are never recomputed.
 
 >>> import numpy as np, symgrad
->>> from symgrad.autodiff import autodiff
+>>> from symgrad.compiler.autodiff import autodiff
 >>> g = symgrad.trace(lambda x: (symgrad.sin(x) * x * x).sum(), np.ones(1000))
 >>> p = partition(autodiff(g))
 >>> [v.name for v in p.saved]          # x and sin(x); the products are recomputed, cos(x) made there
@@ -124,7 +124,7 @@ class _Flow:
 
 
 def partition(joint: Graph) -> Partition:
-    """Split a joint graph (from :func:`symgrad.autodiff.autodiff`) at a minimum-bytes cut."""
+    """Split a joint graph (from :func:`symgrad.compiler.autodiff.autodiff`) at a minimum-bytes cut."""
     n_primals = joint.n_primals
     n_fwd_out = joint.n_forward_outputs
     primals = joint.placeholders[:n_primals]

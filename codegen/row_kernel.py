@@ -27,7 +27,7 @@ every ``math="vector"`` loop), sums over rows are taken in row order.  A paralle
 kernel, and adds the chunks' partial sums in chunk order.
 
 >>> import numpy as np, symgrad
->>> from symgrad.autodiff import autodiff
+>>> from symgrad.compiler.autodiff import autodiff
 >>> g = autodiff(symgrad.trace(lambda L: symgrad.logsumexp(L, dim=1).mean(), np.ones((4, 3))), [0])
 >>> e = emit_row_kernel(g, "joint", vector={"exp": "vexp", "log": "vlog"}, vector_import="")
 >>> "for i in range(n0):" in e.kernels[0], e.source.count("row_kernel_0(")

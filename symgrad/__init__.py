@@ -58,13 +58,35 @@ int = int32
 
 _methods.attach()
 
-from . import autodiff  # noqa: E402 - needs the op library attached above
-from .compile import CompiledFunction, compile, grad, value_and_grad  # noqa: E402
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"
 
-from . import logs as _logs  # noqa: E402
+# The compiler sits above the eager core and the IR: it is imported on first use, so that
+# importing a lower layer (or codegen) never pulls it in.
+_COMPILER_NAMES = {"CompiledFunction": "compile", "compile": "compile", "grad": "compile",
+                   "value_and_grad": "compile", "autodiff": None}
 
-if _logs.ENV in __import__("os").environ:  # SYMGRAD_LOG=trace,code,... (see symgrad/logs.py)
+
+def __getattr__(name):
+    if name in _COMPILER_NAMES:
+        import importlib
+
+        module = _COMPILER_NAMES[name]
+        if module is None:
+            value = importlib.import_module(f"{__name__}.compiler.{name}")
+        else:
+            value = getattr(importlib.import_module(f"{__name__}.compiler.{module}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_COMPILER_NAMES))
+
+
+if "SYMGRAD_LOG" in __import__("os").environ:  # SYMGRAD_LOG=trace,code,... (see symgrad/compiler/logs.py)
+    from .compiler import logs as _logs
+
     _logs.configure()

@@ -102,7 +102,7 @@ def cmd_demo(args) -> int:
 
     import symgrad
 
-    from .ops.table import load_rules
+    from .rules.table import load_rules
     from .viz import graph_lines
 
     progress = Progress()
@@ -211,7 +211,7 @@ def cmd_demo(args) -> int:
 # --- inspect ----------------------------------------------------------------------------------------
 
 def _sections(values: list[str] | None) -> list[str]:
-    from .inspect_report import SECTIONS
+    from .compiler.inspect_report import SECTIONS
 
     if not values:
         return list(SECTIONS)
@@ -239,7 +239,7 @@ def _load(args):
 def cmd_inspect(args) -> int:
     import symgrad
 
-    from . import inspect_report as ir
+    from .compiler import inspect_report as ir
 
     sections = _sections(args.section)
     fn, path, name, inputs, _, _ = _load(args)
@@ -293,7 +293,7 @@ def cmd_cache(args) -> int:
 
 
 def cmd_rules(args) -> int:
-    from .ops.table import load_rules
+    from .rules.table import load_rules
 
     rules = load_rules()
     shown = 0
@@ -332,7 +332,7 @@ def cmd_graph(args) -> int:
     import symgrad
 
     from . import viz
-    from .autodiff import autodiff
+    from .compiler.autodiff import autodiff
 
     fmt = args.format
     if fmt is None:

@@ -68,8 +68,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     dask = da = get_scheduler = None   # importable without Dask (the doctests collect it); using it says what to do
     _MISSING = e
 
-from .compile import CompiledFunction
-from .compile import value_and_grad as _local_value_and_grad
+from .compiler.compile import CompiledFunction
+from .compiler.compile import value_and_grad as _local_value_and_grad
 from .ir import trace
 from .ir.graph import IndexRef
 

@@ -1,4 +1,4 @@
-"""Reverse mode over the IR (:func:`symgrad.autodiff.autodiff`): the joint graph against eager
+"""Reverse mode over the IR (:func:`symgrad.compiler.autodiff.autodiff`): the joint graph against eager
 ``backward()`` and central finite differences.
 
 a. every differentiable op of the rule table, on a weighted scalar loss;
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import symgrad
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 from symgrad.ir import TraceError, interpret, replay, trace
 from symgrad.ops.registry import apply
 

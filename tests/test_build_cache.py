@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import symgrad
-from symgrad import build_cache
+from symgrad.compiler import build_cache
+from symgrad.rules import diskcache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,7 +143,7 @@ def test_a_damaged_build_entry_is_ignored_and_rewritten(cache_dir):
     v2, g2 = vg(x)
     assert vg.compiled.stats()["build_cache_loads"] == 0          # rebuilt, not loaded
     assert v1 == v2 and np.array_equal(g1, g2)
-    assert build_cache._read(entry) is not None                    # and written again
+    assert diskcache.read_json(entry) is not None                    # and written again
     entry.write_bytes(entry.read_bytes()[:100])                    # truncated
     vg = symgrad.value_and_grad(loss)
     assert vg(x)[0] == v1 and vg.compiled.stats()["build_cache_loads"] == 0
@@ -158,9 +159,9 @@ def test_an_entry_under_another_key_is_not_used(cache_dir):
     x = np.linspace(-2, 2, 9)
     symgrad.value_and_grad(loss)(x)
     (entry,) = builds(cache_dir)
-    payload = build_cache._read(entry)
+    payload = diskcache.read_json(entry)
     payload["key"] = "0" * 64                                      # the name matches, the key does not
-    build_cache._write(entry, payload)
+    diskcache.write_json(entry, payload)
     vg = symgrad.value_and_grad(loss)
     vg(x)
     assert vg.compiled.stats()["build_cache_loads"] == 0

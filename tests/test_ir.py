@@ -26,7 +26,7 @@ import sympy
 
 import symgrad
 from benchmarks import workloads as W
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 from symgrad.ir import cse, dce, elementwise_regions, fold_constants, interpret, simplify
 from symgrad.ir.graph import SHORT_DTYPES
 

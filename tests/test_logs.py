@@ -1,4 +1,4 @@
-"""SYMGRAD_LOG / symgrad.logs: a kernel build logged stage by stage through the logging module."""
+"""SYMGRAD_LOG / symgrad.compiler.logs: a kernel build logged stage by stage through the logging module."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from symgrad import logs
+from symgrad.compiler import logs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_plain_logging_configuration_works_without_the_variable(caplog, restore_
 
 SCRIPT = textwrap.dedent("""
     import numpy as np, symgrad
-    from symgrad import logs
+    from symgrad.compiler import logs
     cf = symgrad.compile(lambda x: (symgrad.exp(x) * x).sum())
     x = symgrad.tensor(np.ones(4), dtype=symgrad.float64, requires_grad=True)
     logs.report_build(cf, cf.inspect(x))

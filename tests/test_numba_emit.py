@@ -276,7 +276,7 @@ def test_sin_and_cos_of_one_argument_are_emitted_side_by_side():
     share their range reduction (LLVM computes it once: 8.1 -> 7.3 ms for W1 1e6)."""
     if not {"sin", "cos"} <= set(vector_functions()[0]):
         pytest.skip("codegen.vecmath has no vector sin/cos")
-    from symgrad.autodiff import autodiff
+    from symgrad.compiler.autodiff import autodiff
 
     g = autodiff(symgrad.trace(w1, np.ones(8)), [0])
     kernel = emit_numba(g, "joint").kernels[0]

@@ -8,7 +8,7 @@ from workloads import w3 as _w3
 from workloads import w5 as _w5
 
 from codegen.partition import partition, recomputable, value_bytes
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 from symgrad.ir import interpret, trace
 
 

@@ -17,7 +17,7 @@ from workloads import w5
 import symgrad
 from codegen import numba_emit
 from codegen.row_kernel import emit_row_kernel
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 
 
 def _nll(L, labels):

@@ -29,8 +29,8 @@ import sympy
 
 import symgrad
 from symgrad.ops import functional as F
-from symgrad.ops import vocab
 from symgrad.ops.registry import all_ops, apply
+from symgrad.rules import vocab
 
 OPS = all_ops()
 KEYS = sorted(OPS)

@@ -14,9 +14,10 @@ import pytest
 import sympy
 
 import symgrad
-from codegen.printers import FormulaPrinter, compile_formula, formula_source
-from symgrad.ops import registry, table, vocab
-from symgrad.ops.table import TABLE_PATH, RuleTableError, load_rules, node_prefix, parse_rules, parse_schema
+from symgrad.ops import formula_namespaces, registry
+from symgrad.rules import table
+from symgrad.rules.printers import FormulaPrinter, compile_formula, formula_source
+from symgrad.rules.table import TABLE_PATH, RuleTableError, load_rules, node_prefix, parse_rules, parse_schema
 
 RULES = load_rules()
 
@@ -71,7 +72,7 @@ def test_shipped_entry(key):
         # every shipped formula prints to Python source that compiles against both namespaces
         src = formula_source(f.code_expr, f.params)
         compile(src, f"<{key} {name}>", "exec")
-        for ns in (vocab.numpy_namespace(), vocab.tensor_namespace()):
+        for ns in (formula_namespaces.numpy_namespace(), formula_namespaces.tensor_namespace()):
             fn = compile_formula(f.code_expr, f.params, ns)
             names = set(re.findall(r"\b([A-Za-z_]\w*)\(", src))
             missing = sorted(n for n in names if n not in fn.__globals__)
@@ -370,7 +371,7 @@ def test_constants_fold_to_float_literals(expr, literal):
 def test_folded_constants_keep_float32():
     """A folded constant is a Python float, so a float32 gradient stays float32 (NEP 50)."""
     for expr in (G * sympy.log(2), G * 2 / sympy.sqrt(sympy.pi) * sympy.exp(-S ** 2), G / (S * sympy.log(2))):
-        fn = compile_formula(expr, ("grad", "self"), vocab.numpy_namespace())
+        fn = compile_formula(expr, ("grad", "self"), formula_namespaces.numpy_namespace())
         g = np.array([1.0, -2.0], dtype=np.float32)
         x = np.array([0.5, 1.5], dtype=np.float32)
         out = fn(g, x)

@@ -17,7 +17,7 @@ import pytest
 
 import symgrad
 from benchmarks import workloads as W
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 from symgrad.ir import interpret
 
 X0 = np.array([-1.5, -0.25, 0.5, 2.0])

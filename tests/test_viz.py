@@ -13,7 +13,7 @@ import pytest
 
 import symgrad
 from symgrad import viz
-from symgrad.autodiff import autodiff
+from symgrad.compiler.autodiff import autodiff
 
 
 def _w2_eager():

@@ -169,7 +169,7 @@ def _validate(node: Node, index: int, g, meta, create_graph: bool):
     if type(g) is not np.ndarray:
         g = np.asarray(g)
     if g.shape != shape:
-        from ..ops.vocab import sum_to
+        from ..rules.vocab import sum_to
 
         g = _reshape_grad(node, index, g, shape, sum_to, np.broadcast_to)
     if g.dtype != dtype:

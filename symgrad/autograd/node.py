@@ -348,7 +348,7 @@ class FusedBackward:
 
     @staticmethod
     def _print(rule, formula_order: list, edges: tuple) -> str:
-        from codegen.printers import FormulaPrinter
+        from symgrad.rules.printers import FormulaPrinter
 
         printer = FormulaPrinter()
         used = []

@@ -2,7 +2,7 @@
 
 A user op is an entry of the rule table written by the user: it is parsed and
 validated by the same loader as ``derivatives.yaml`` (a bad entry raises
-:class:`~symgrad.ops.table.RuleTableError` naming the entry and its line), numbered
+:class:`~symgrad.rules.table.RuleTableError` naming the entry and its line), numbered
 after the shipped table's overloads, and registered in the same registry, so it runs
 in eager mode (and under ``create_graph=True``) exactly like a built-in op.
 
@@ -37,9 +37,10 @@ from collections.abc import Callable
 import numpy as np
 import yaml
 
+from ..rules import table, vocab
+from ..rules.table import Rule, RuleTableError
 from ..tensor import Tensor
-from . import registry, table, vocab
-from .table import Rule, RuleTableError
+from . import formula_namespaces, registry
 
 __all__ = ["register_op", "RuleTableError"]
 
@@ -147,7 +148,7 @@ def _parse(text: str, label: str | None) -> dict[str, Rule]:
     committed once the whole registration succeeds)."""
     counters = dict(table.name_counters())
     try:
-        rules = table.parse_rules(text, counters, vocab.known_functions())
+        rules = table.parse_rules(text, counters, formula_namespaces.known_functions())
     except RuleTableError as exc:
         # the loader names the shipped file; name the user's snippet (or schema) instead
         msg = str(exc)
@@ -238,7 +239,7 @@ def _install(parsed: dict, plan: dict, method: bool):
         overloads = [op_by_key[r.key] for r in name_rules]
         fn = _public_function(name, overloads)
         numpy_fn = overloads[0].forward if len(overloads) == 1 else _numpy_dispatcher(overloads)
-        vocab.register(name, numpy_fn, fn)  # formulas may call the op (also under create_graph)
+        formula_namespaces.register(name, numpy_fn, fn)  # formulas may call the op (also under create_graph)
         globals()[name] = fn
         if method:
             setattr(Tensor, name, fn)
@@ -398,9 +399,9 @@ def _unregister(name: str) -> None:
     for key in info["keys"]:
         registry._REGISTRY.pop(key, None)
         registry._FORWARDS.pop(key, None)
-    vocab._extra_numpy.pop(name, None)
-    vocab._extra_tensor.pop(name, None)
-    vocab._numpy_namespace = vocab._tensor_namespace = None
+    formula_namespaces._extra_numpy.pop(name, None)
+    formula_namespaces._extra_tensor.pop(name, None)
+    formula_namespaces._numpy_namespace = formula_namespaces._tensor_namespace = None
     globals().pop(name, None)
     if info["method"] and getattr(Tensor, name, None) is not None:
         try:

@@ -19,10 +19,10 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
+from ..rules.vocab import normalize_dims
 from ..tensor import Tensor
 from . import registry
 from .registry import apply, forward, get
-from .vocab import normalize_dims
 
 _Number = (numbers.Number, np.generic)
 
@@ -901,7 +901,7 @@ def cat_backward(grad: Tensor, dim: int, shapes) -> tuple:
 
 
 def inverse_permutation(dims):
-    from .vocab import inverse_permutation as inv
+    from ..rules.vocab import inverse_permutation as inv
 
     return inv(dims)
 
@@ -964,7 +964,7 @@ def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
     _refuse_when_traced(self, "the gradient of prod")
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
     if (self._data == 0).any():  # second order through zeros is not differentiated further
-        from .vocab import _exclusive_prod
+        from ..rules.vocab import _exclusive_prod
 
         return g * Tensor._wrap(_exclusive_prod(self._data, dim))
     return g * prod(self, dim, keepdim=True) / self
@@ -973,7 +973,7 @@ def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
 def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
     _refuse_when_traced(self, "the gradient of prod")
     if (self._data == 0).any():
-        from .vocab import _np_prod_backward_all
+        from ..rules.vocab import _np_prod_backward_all
 
         return grad * Tensor._wrap(_np_prod_backward_all(np.ones((), self._data.dtype), self._data))
     return expand(grad, tuple(self.shape)) * prod(self) / self

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from codegen.printers import compile_formula, compile_source, formula_source
-
 from ..autograd import anomaly
 from ..autograd.anomaly import STATE as _anomaly_state
 from ..autograd.grad_mode import STATE
 from ..autograd.node import FusedBackward, SavedVariable, _sequence, make_node_class
 from ..dtypes import from_numpy_dtype, get_default_dtype, result_type
-from . import table, vocab
+from ..rules import diskcache, table, vocab
+from ..rules.printers import compile_formula, compile_source, formula_source
+from . import formula_namespaces
 
 # Functions whose result keeps an integer input's dtype (everything else in an
 # elementwise expression makes the result floating point, as in PyTorch).
@@ -142,12 +142,10 @@ class _LazyForward:
     def resolve(self):
         if self.fn is None:
             op = self.op
-            from ..build_cache import formula_source as cached_source
-
             params = tuple(a.name for a in op.rule.schema.args)
             name = f"forward_{op.rule.schema.name}"
             # printed once per machine (sympy's first use is slow); the key holds all it depends on
-            src = cached_source(f"forward {op.key} {params} {op.rule.elementwise_text}",
+            src = diskcache.formula_source(f"forward {op.key} {params} {op.rule.elementwise_text}",
                                 lambda: formula_source(op.rule.elementwise, params, name))
             # elementwise forwards only use elementwise functions, never other ops
             self.fn = compile_source(src, vocab.NUMPY_FUNCTIONS, name)
@@ -189,8 +187,8 @@ def _attach_node(op: OpDef) -> None:
     rule = op.rule
     names = list(rule.formulas)
     params = tuple(rule.formulas[n].params for n in names)
-    np_fns = [_LazyFormula(rule.formulas[n], vocab.numpy_namespace) for n in names]
-    t_fns = [_LazyFormula(rule.formulas[n], vocab.tensor_namespace) for n in names]
+    np_fns = [_LazyFormula(rule.formulas[n], formula_namespaces.numpy_namespace) for n in names]
+    t_fns = [_LazyFormula(rule.formulas[n], formula_namespaces.tensor_namespace) for n in names]
     for i, f in enumerate(np_fns):
         f.slot = (np_fns, i)
     for i, f in enumerate(t_fns):
@@ -207,8 +205,8 @@ def _attach_node(op: OpDef) -> None:
     fast = None
     if not any(is_list for _, _, is_list in edges) and rule.schema.num_outputs == 1 \
             and not rule.schema.returns.strip().startswith("Tensor[]"):
-        fast = FusedBackward(rule, names, tuple(fi for _, fi, _ in edges), vocab.numpy_namespace,
-                             vocab.tensor_namespace)
+        fast = FusedBackward(rule, names, tuple(fi for _, fi, _ in edges), formula_namespaces.numpy_namespace,
+                             formula_namespaces.tensor_namespace)
     op.node_class = make_node_class(rule, np_fns, t_fns, params,
                                     tuple((fi, -1) for _, fi, _ in edges), fast)
     arg_pos = {a.name: i for i, a in enumerate(rule.schema.args)}

@@ -6,7 +6,7 @@ measured) and returns an :class:`Inspection`; :func:`report` turns it into a JSO
 :func:`format_report` into text, section by section:
 
 ``ir``         the forward IR (``symgrad.trace``)
-``joint``      the joint forward+backward graph (:func:`symgrad.autodiff.autodiff`)
+``joint``      the joint forward+backward graph (:func:`symgrad.compiler.autodiff.autodiff`)
 ``rules``      per gradient: the ops it flows back through, the ``derivatives.yaml`` rule and
                formula of each, and the joint-graph values each rule produced
 ``partition``  what the forward saves for the backward and what the backward recomputes, in bytes
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir.graph import Graph, Node, Value, _arg_text
+from ..ir.graph import Graph, Node, Value, _arg_text
 
 SECTIONS = ("ir", "joint", "rules", "partition", "source", "timings")
 SECTION_TITLES = {
@@ -49,7 +49,7 @@ def node_line(n: Node) -> str:
 
 
 def _rule(op: str):
-    from .ops import registry
+    from ..ops import registry
 
     try:
         return registry.get(op).rule
@@ -99,7 +99,7 @@ def gradient_rules(kernels) -> list[dict]:
     rule-table node, the formulas used for the inputs on the path, and the joint values produced.
 
     The joint graph's backward nodes carry ``meta["grad_rule"]``/``["grad_of"]`` tags set by
-    :func:`symgrad.autodiff.autodiff`; values recorded by the engine between rules (summing the
+    :func:`symgrad.compiler.autodiff.autodiff`; values recorded by the engine between rules (summing the
     contributions of a value used twice, reducing a broadcast gradient) are listed separately.
     """
     graph, joint = kernels.graph, kernels.joint
@@ -480,7 +480,7 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
     twice (the first call compiles with Numba or loads its cache) and collect what was built.
 
     ``run=False`` skips the calls (no Numba compilation, no call timings, no outputs)."""
-    from .tensor import Tensor
+    from ..tensor import Tensor
 
     step = progress or (lambda msg: None)
     before = _kernel_files()

@@ -1,7 +1,7 @@
 """``symgrad.compile``: trace once, differentiate symbolically, run generated kernels.
 
 A compiled function traces the user's function on its first call (per guard key), builds the
-joint forward+backward graph from the rule table (:mod:`symgrad.autodiff`), splits it at a
+joint forward+backward graph from the rule table (:mod:`symgrad.compiler.autodiff`), splits it at a
 minimum-bytes cut (:mod:`codegen.partition`) and generates a forward and a backward kernel
 (:mod:`codegen.emit`).  Its outputs carry one ``CompiledFunctionBackward`` node, so compiled
 regions compose with eager code on both sides.
@@ -36,15 +36,15 @@ import numpy as np
 from codegen.emit import emit_numpy
 from codegen.partition import Partition, partition
 
+from ..autograd import anomaly
+from ..autograd.grad_mode import STATE
+from ..autograd.node import ERR_BACKWARD_TWICE, Node
+from ..ir.graph import Graph
+from ..ir.interpreter import first_nan
+from ..ir.tracer import trace
+from ..tensor import Tensor, gradient_edge
 from . import build_cache, logs
 from .autodiff import autodiff
-from .autograd import anomaly
-from .autograd.grad_mode import STATE
-from .autograd.node import ERR_BACKWARD_TWICE, Node
-from .ir.graph import Graph
-from .ir.interpreter import first_nan
-from .ir.tracer import trace
-from .tensor import Tensor, gradient_edge
 
 try:
     import numba  # noqa: F401 - the fused backend's compiler
@@ -151,7 +151,7 @@ def _rebuilt_on_use(attr: str) -> property:
 
 
 class CachedKernels(Kernels):
-    """Kernels whose code came from the build cache (:mod:`symgrad.build_cache`): the joint graph
+    """Kernels whose code came from the build cache (:mod:`symgrad.compiler.build_cache`): the joint graph
     and the partition, which only ``inspect``, logs and anomaly mode read, are rebuilt on first use."""
 
     joint = _rebuilt_on_use("joint")
@@ -186,7 +186,7 @@ class CompiledFunctionBackward(Node):
     def apply(self, grads: list, create_graph: bool) -> list:
         if create_graph:
             raise RuntimeError("double backward through a symgrad.compile'd function is not supported; "
-                               "differentiate the eager function, or compose symgrad.autodiff graphs")
+                               "differentiate the eager function, or compose symgrad.compiler.autodiff graphs")
         if self._saved_values is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
         k = self.kernels
@@ -407,7 +407,7 @@ class CompiledFunction:
         ``calls``; ``traces`` (one per new guard key: dtype, rank, shape or requires_grad);
         ``guard_hits``; seconds in ``trace_s``, ``autodiff_s``, ``partition_s``, ``codegen_s``;
         ``build_cache_loads`` (traces whose generated code came from the disk cache of
-        :mod:`symgrad.build_cache`: no autodiff, partition or code generation ran);
+        :mod:`symgrad.compiler.build_cache`: no autodiff, partition or code generation ran);
         and, for its Numba kernels, ``kernels`` (how many have run), ``kernel_compiles`` (Numba
         compilations in this process) and ``kernel_cache_loads`` (signatures loaded from the
         disk cache instead).  Kernels take sizes at run time: a new size of the same rank
@@ -448,7 +448,7 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
       ``math="vector"`` it only allows FMA contraction, since the inlined elementary functions need IEEE
       arithmetic (their loops vectorise without it).
     * ``cache=True`` keeps compiled kernels in the per-user disk cache (see :mod:`codegen.jit`), and
-      the code generated for each traced graph (:mod:`symgrad.build_cache`): a new process still
+      the code generated for each traced graph (:mod:`symgrad.compiler.build_cache`): a new process still
       traces the function, but an identical graph skips autodiff and code generation.
     * ``scalar_loss``: when the function returns one floating scalar and an input requires grad,
       ``"joint"`` (default) computes value and gradients in one fused pass at the call and the

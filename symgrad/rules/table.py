@@ -27,7 +27,7 @@ from sympy.codegen.cfunctions import exp2, expm1, log1p, log2
 
 from . import vocab
 
-TABLE_PATH = Path(__file__).resolve().parent.parent / "derivatives.yaml"
+TABLE_PATH = Path(__file__).resolve().parent / "derivatives.yaml"
 
 RESERVED_KEYS = {"name", "elementwise", "node", "output_differentiability"}
 METADATA_FUNCS = ("shape", "numel", "dtype")

@@ -21,14 +21,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .autograd import anomaly, engine
-from .autograd.node import AccumulateGrad
-from .ir.graph import Graph
-from .ir.interpreter import interpret, replay
-from .ir.simplify import simplify as simplify_graph
-from .ir.tracer import trace
-from .ops import registry
-from .tensor import Tensor
+from ..autograd import anomaly, engine
+from ..autograd.node import AccumulateGrad
+from ..ir.graph import Graph
+from ..ir.interpreter import interpret, replay
+from ..ir.simplify import simplify as simplify_graph
+from ..ir.tracer import trace
+from ..ops import registry
+from ..tensor import Tensor
 
 
 def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool = True) -> Graph:

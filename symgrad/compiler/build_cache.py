@@ -30,7 +30,6 @@ False
 
 from __future__ import annotations
 
-import atexit
 import base64
 import dataclasses
 import functools
@@ -39,24 +38,22 @@ import importlib
 import json
 import logging
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .dtypes import dtype as Dtype
-from .dtypes import to_dtype
-from .ir.graph import Graph, IndexRef, Value
+from ..dtypes import dtype as Dtype
+from ..dtypes import to_dtype
+from ..ir.graph import Graph, IndexRef, Value
+from ..rules import diskcache
+from ..rules.diskcache import FORMULAS_PREFIX, code_digest
 
 log = logging.getLogger("symgrad.cache")
 
-FORMAT_VERSION = 1
 BUILD_PREFIX = "symgrad_build_"
-FORMULAS_PREFIX = "symgrad_formulas_"
 # Modules whose functions a cached namespace may refer to by name.
 _TRUSTED_MODULES = ("numpy", "math", "builtins", "codegen", "symgrad", "numba")
-_lock = threading.Lock()
 
 
 class NotCacheable(Exception):
@@ -65,35 +62,9 @@ class NotCacheable(Exception):
 
 # --- what the generated code depends on besides the graph ----------------------------------------
 
-@functools.cache
-def code_digest() -> str:
-    """SHA-256 of symgrad's and codegen's sources and rule table, library versions and the
-    machine facts code generation reads (CPU features, Numba's thread count)."""
-    h = hashlib.sha256(f"build-cache {FORMAT_VERSION}\n".encode())
-    root = Path(__file__).resolve().parent.parent
-    for package in ("symgrad", "codegen"):
-        base = root / package
-        for path in sorted(base.rglob("*")):
-            if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(root)).encode() + b"\0")
-                h.update(path.read_bytes() + b"\0")
-    h.update(f"python {sys.version}\nnumpy {np.__version__}\n".encode())
-    try:
-        import numba
-        h.update(f"numba {numba.__version__} threads {numba.config.NUMBA_NUM_THREADS}\n".encode())
-    except ImportError:  # pragma: no cover - numba is a dependency
-        h.update(b"no numba\n")
-    try:
-        features = sorted(np._core._multiarray_umath.__cpu_features__.items())
-    except AttributeError:  # pragma: no cover - numpy < 2
-        features = sorted(np.core._multiarray_umath.__cpu_features__.items())
-    h.update(repr(features).encode())
-    return h.hexdigest()
-
-
 def _rule_signature(op: str) -> str:
     """The rule-table entry of ``op`` as text (a changed custom op changes the key)."""
-    from .ops import registry
+    from ..ops import registry
 
     rule = registry.get(op).rule
     formulas = sorted((name, f.text) for name, f in rule.formulas.items())
@@ -277,7 +248,7 @@ def encode_emitted(e: Any) -> dict:
 
 def decode_emitted(d: dict) -> Any:
     """The emitted object described by :func:`encode_emitted` (compile it as a fresh one)."""
-    from .ops import registry
+    from ..ops import registry
 
     cls = _resolve(d["class"])
     ns = dict(_base_namespace(cls))
@@ -293,35 +264,7 @@ def decode_emitted(d: dict) -> Any:
 # --- the files ----------------------------------------------------------------------------------
 
 def _directory() -> Path | None:
-    from codegen import jit
-
-    return jit.cache_dir()
-
-
-def _read(path: Path) -> Any | None:
-    """The payload of a cache file, or None if it is missing or fails its content hash."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None
-    digest, _, body = raw.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        log.info("symgrad: ignoring damaged cache entry %s", path.name)
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
-
-
-def _write(path: Path, payload: Any) -> None:
-    from codegen import jit
-
-    body = json.dumps(payload, sort_keys=True).encode()
-    try:
-        jit._atomic_write(path, hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-    except OSError as exc:  # a full or read-only disk: the build simply is not kept
-        log.info("symgrad: could not write cache entry %s (%s)", path.name, exc)
+    return diskcache.cache_dir()
 
 
 def load_build(key: str | None) -> dict | None:
@@ -329,7 +272,7 @@ def load_build(key: str | None) -> dict | None:
     directory = _directory() if key else None
     if directory is None:
         return None
-    payload = _read(directory / f"{BUILD_PREFIX}{key[:40]}.json")
+    payload = diskcache.read_json(directory / f"{BUILD_PREFIX}{key[:40]}.json")
     if payload is None or payload.get("key") != key:
         return None
     try:
@@ -350,56 +293,8 @@ def store_build(key: str | None, emitted: dict, meta: dict) -> bool:
     except NotCacheable as exc:
         log.debug("build not cached: %s", exc)
         return False
-    _write(directory / f"{BUILD_PREFIX}{key[:40]}.json", payload)
+    diskcache.write_json(directory / f"{BUILD_PREFIX}{key[:40]}.json", payload)
     return True
-
-
-# --- printed forwards of elementwise ops ---------------------------------------------------------
-
-_formulas: dict | None = None     # this process's view of the formulas file
-_formulas_new: dict = {}          # printed here, not yet written
-
-
-def _formulas_path() -> Path | None:
-    directory = _directory()
-    return None if directory is None else directory / f"{FORMULAS_PREFIX}{code_digest()[:40]}.json"
-
-
-def formula_source(key: str, make) -> str:
-    """The source ``make()`` prints for ``key`` (which must name everything the source depends
-    on besides symgrad's code), kept on disk so that a new process prints no formula again.
-    New sources are written once, when the process exits.
-    """
-    global _formulas
-    with _lock:
-        if _formulas is None:
-            path = _formulas_path()
-            loaded = _read(path) if path is not None and path.exists() else None
-            _formulas = loaded if isinstance(loaded, dict) else {}
-        src = _formulas.get(key)
-    if isinstance(src, str):
-        return src
-    src = make()
-    with _lock:
-        _formulas[key] = src
-        if not _formulas_new:
-            atexit.register(flush_formulas)
-        _formulas_new[key] = src
-    return src
-
-
-def flush_formulas() -> None:
-    """Write the formulas printed by this process (merged with what other processes wrote)."""
-    with _lock:
-        if not _formulas_new:
-            return
-        path = _formulas_path()
-        if path is not None:
-            on_disk = _read(path) if path.exists() else None
-            merged = dict(on_disk) if isinstance(on_disk, dict) else {}
-            merged.update(_formulas_new)
-            _write(path, merged)
-        _formulas_new.clear()
 
 
 def entries(directory: Path) -> list[Path]:

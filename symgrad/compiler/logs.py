@@ -122,7 +122,7 @@ def report_build(compiled_function, kernels) -> None:
     try:
         _report_build(compiled_function, kernels)
     except Exception as exc:  # logging must never break a compile
-        logging.getLogger("symgrad").warning("symgrad.logs: could not report a build: %s: %s",
+        logging.getLogger("symgrad").warning("symgrad.compiler.logs: could not report a build: %s: %s",
                                              type(exc).__name__, exc)
 
 

@@ -1,0 +1,64 @@
+"""The namespaces the rule table's formulas run in: numpy for plain backward, symgrad ops for
+``create_graph=True``.
+
+The vocabulary itself (names and numpy helpers) is data of the rules layer
+(:mod:`symgrad.rules.vocab`); this module adds the eager layer's implementations: every op's
+numpy forward and its differentiable symgrad function.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..rules.vocab import FORMULA_FUNCTIONS, NUMPY_FUNCTIONS, TENSOR_ALIASES
+from . import registry
+
+
+def known_functions() -> frozenset:
+    """Vocabulary helpers plus every registered op's base name."""
+    return FORMULA_FUNCTIONS | {op.name for op in registry.all_ops().values()}
+
+
+_numpy_namespace: dict | None = None
+_tensor_namespace: dict | None = None
+_extra_numpy: dict = {}
+_extra_tensor: dict = {}
+
+
+def register(name: str, numpy_fn, tensor_fn) -> None:
+    """Add a formula function (used by ops modules and user-registered ops)."""
+    global _numpy_namespace, _tensor_namespace
+    _extra_numpy[name] = numpy_fn
+    _extra_tensor[name] = tensor_fn
+    _numpy_namespace = _tensor_namespace = None
+
+
+def numpy_namespace() -> dict:
+    """Formula name -> numpy implementation (ops contribute their numpy forwards)."""
+    global _numpy_namespace
+    if _numpy_namespace is None:
+        # An op name stands for its forward only when the name has one overload; names with several
+        # (sum, mean, ...) that formulas use have an explicit entry in NUMPY_FUNCTIONS.
+        by_name: dict = {}
+        for op in registry.all_ops().values():
+            by_name.setdefault(op.name, []).append(op)
+        ns = {name: ops[0].forward for name, ops in by_name.items() if len(ops) == 1 and ops[0].forward}
+        ns.update(NUMPY_FUNCTIONS)
+        ns.update(_extra_numpy)
+        _numpy_namespace = ns
+    return _numpy_namespace
+
+
+def tensor_namespace() -> dict:
+    """Formula name -> differentiable symgrad implementation (for create_graph=True)."""
+    global _tensor_namespace
+    if _tensor_namespace is None:
+        from . import functional as F
+        ns = {"math": math}
+        for name in FORMULA_FUNCTIONS | {op.name for op in registry.all_ops().values()}:
+            fn = getattr(F, TENSOR_ALIASES.get(name, name), None)
+            if fn is not None:
+                ns[name] = fn
+        ns.update(_extra_tensor)
+        _tensor_namespace = ns
+    return _tensor_namespace
