@@ -21,15 +21,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..ops import functional as F
+
 
 def _logsumexp(self, dim, keepdim=False):
-    import symgrad
-
     if self._data.size == 0:
         return None
-    m = symgrad.amax(self, dim, keepdim=True).detach()          # max's gradient cancels out: leave it out
-    m = symgrad.where(symgrad.abs(m) == math.inf, 0.0, m)      # rows of -inf stay -inf (as PyTorch)
-    out = symgrad.log(symgrad.sum(symgrad.exp(self - m), dim, keepdim=True)) + m
+    m = F.amax(self, dim, keepdim=True).detach()          # max's gradient cancels out: leave it out
+    m = F.where(F.abs(m) == math.inf, 0.0, m)      # rows of -inf stay -inf (as PyTorch)
+    out = F.log(F.sum(F.exp(self - m), dim, keepdim=True)) + m
     if keepdim:
         return out
     dims = {d % self.ndim for d in ([dim] if isinstance(dim, int) else dim)}

@@ -82,6 +82,10 @@ class Tracer:
             return entry[1]
         return None
 
+    def refuse(self, message: str):
+        """Stop tracing: the eager layer met something a graph cannot express (raises TraceError)."""
+        raise TraceError(f"{message} ({user_frame()})")
+
     def is_traced(self, t: Tensor) -> bool:
         if threading.get_ident() != self.thread:  # another thread's eager ops are not traced
             return False

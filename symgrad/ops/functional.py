@@ -954,10 +954,8 @@ def index_reduction_backward(grad: Tensor, indices, shape, dim, keepdim) -> Tens
 def _refuse_when_traced(t: Tensor, what: str) -> None:
     rec = registry._recorder
     if rec is not None and rec.is_traced(t):
-        from ..ir.tracer import TraceError, user_frame
-
-        raise TraceError(f"{what} is not supported in a traced (compiled) function: its gradient depends on "
-                         f"where the zeros are ({user_frame()})")
+        rec.refuse(f"{what} is not supported in a traced (compiled) function: its gradient depends on "
+                   "where the zeros are")
 
 
 def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
