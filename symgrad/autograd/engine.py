@@ -21,6 +21,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from ..rules.vocab import sum_to
 from . import anomaly
 from .grad_mode import STATE
 from .node import AccumulateGrad, FormulaNode, Node
@@ -169,8 +170,6 @@ def _validate(node: Node, index: int, g, meta, create_graph: bool):
     if type(g) is not np.ndarray:
         g = np.asarray(g)
     if g.shape != shape:
-        from ..rules.vocab import sum_to
-
         g = _reshape_grad(node, index, g, shape, sum_to, np.broadcast_to)
     if g.dtype != dtype:
         g = g.astype(dtype)

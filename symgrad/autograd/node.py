@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..rules.printers import FormulaPrinter
+
 ERR_BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they "
     "have already been freed). Saved intermediate values of the graph are freed when you call .backward() "
@@ -348,8 +350,6 @@ class FusedBackward:
 
     @staticmethod
     def _print(rule, formula_order: list, edges: tuple) -> str:
-        from symgrad.rules.printers import FormulaPrinter
-
         printer = FormulaPrinter()
         used = []
         for name in formula_order:

@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
-from ..rules.vocab import normalize_dims
+from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, normalize_dims
+from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor
 from . import registry
 from .registry import apply, forward, get
@@ -901,9 +902,7 @@ def cat_backward(grad: Tensor, dim: int, shapes) -> tuple:
 
 
 def inverse_permutation(dims):
-    from ..rules.vocab import inverse_permutation as inv
-
-    return inv(dims)
+    return _inverse_permutation(dims)
 
 
 def _unsqueeze_dims(grad: Tensor, shape, dim, keepdim) -> Tensor:
@@ -962,8 +961,6 @@ def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
     _refuse_when_traced(self, "the gradient of prod")
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
     if (self._data == 0).any():  # second order through zeros is not differentiated further
-        from ..rules.vocab import _exclusive_prod
-
         return g * Tensor._wrap(_exclusive_prod(self._data, dim))
     return g * prod(self, dim, keepdim=True) / self
 
@@ -971,8 +968,6 @@ def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
 def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
     _refuse_when_traced(self, "the gradient of prod")
     if (self._data == 0).any():
-        from ..rules.vocab import _np_prod_backward_all
-
         return grad * Tensor._wrap(_np_prod_backward_all(np.ones((), self._data.dtype), self._data))
     return expand(grad, tuple(self.shape)) * prod(self) / self
 
