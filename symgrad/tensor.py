@@ -21,6 +21,7 @@ from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import engine as _engine
 from .autograd import node as _node_module
+from .autograd.grad_mode import STATE as _GRAD_MODE
 from .autograd.node import AccumulateGrad
 from .ops import registry as _registry
 
@@ -289,13 +290,19 @@ class Tensor:
     def numpy(self, force: bool = False) -> np.ndarray:
         """The underlying numpy array (shared, not copied)."""
         _concrete(self, ".numpy()")
-        if self.requires_grad and not force:
+        # as in PyTorch, only while grad mode is on (a Function's forward runs without it)
+        if self.requires_grad and not force and _GRAD_MODE.enabled:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
         return self._data
 
     def __array__(self, dtype=None, copy=None):
         _concrete(self, "numpy.asarray(tensor)")
+        if self.requires_grad and _GRAD_MODE.enabled:
+            # a numpy array made of this tensor would silently drop its graph
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad: numpy.array/asarray of it "
+                               "would drop its gradient. To combine tensors use symgrad.stack or np.stack "
+                               "(which keep the graph); to read the values use tensor.detach().numpy().")
         if dtype is not None and np.dtype(dtype) != self._data.dtype:
             return self._data.astype(dtype)
         return self._data.copy() if copy else self._data

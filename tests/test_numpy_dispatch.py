@@ -323,14 +323,22 @@ def test_value_only_helpers():
     assert_array_equal(data(np.full_like(t, 7.0)), [7.0, 7.0])
 
 
-def test_asarray_still_returns_the_data():
-    t = leaf([1.0, 2.0, 3.0])
+def test_asarray_returns_the_data_of_a_tensor_without_grad():
+    t = leaf([1.0, 2.0, 3.0]).detach()
     a = np.asarray(t)
     assert type(a) is np.ndarray
     assert_array_equal(a, [1.0, 2.0, 3.0])
-    assert np.shares_memory(a, t.detach().numpy())
+    assert np.shares_memory(a, t.numpy())
     assert np.asarray(t, dtype=np.float32).dtype == np.float32
     assert_array_equal(np.array(t), [1.0, 2.0, 3.0])
+
+
+def test_asarray_of_a_tensor_that_requires_grad_raises_as_in_torch():
+    t = leaf([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="requires grad"):
+        np.asarray(t)
+    with symgrad.no_grad():
+        assert_array_equal(np.asarray(t), [1.0, 2.0, 3.0])
 
 
 # --------------------------------------------------------------------------- refusals

@@ -433,6 +433,32 @@ def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool) ->
                 raise RuntimeError(f"Function '{type(node).__name__}' returned nan values in its {i}th output."
                                    + where)
     if node._post_hooks:
-        for hook in node._post_hooks:
-            hook(outputs, grads)
+        outputs = _run_post_hooks(node, outputs, grads, create_graph)
+    return outputs
+
+
+def _run_post_hooks(node: Node, outputs: list, grads: list, create_graph: bool) -> list:
+    """``Node.register_hook`` hooks, as PyTorch calls them: ``hook(grad_inputs, grad_outputs)`` with
+    tuples of Tensors (or None); a returned tuple replaces the gradients the node passes on."""
+    Tensor = _tensor_cls()
+
+    def wrap(g):
+        return None if g is None else g if isinstance(g, Tensor) else Tensor._wrap(np.asarray(g))
+
+    grad_outputs = tuple(wrap(g) for g in grads)
+    for hook in list(node._post_hooks):
+        name = getattr(hook, "__name__", "hook")
+        new = hook(tuple(wrap(g) for g in outputs), grad_outputs)
+        if new is None:
+            continue
+        if not isinstance(new, tuple):
+            raise TypeError(f"expected tuple, but hook returned '{type(new).__name__}'")
+        if len(new) != len(outputs):
+            raise RuntimeError(f"hook '{name}' has returned an incorrect number of values "
+                               f"(got {len(new)}, but expected {len(outputs)})")
+        for i, g in enumerate(new):
+            if g is not None and not isinstance(g, Tensor):
+                raise TypeError(f"hook '{name}' returned a {type(g).__name__} at index {i}; "
+                                "a node hook must return Tensors or None")
+        outputs = [None if g is None else g if create_graph else g._data for g in new]
     return outputs

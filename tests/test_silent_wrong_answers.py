@@ -1,0 +1,91 @@
+"""Regression tests for results that were once wrong without any error, each against PyTorch."""
+
+import numpy as np
+import pytest
+
+import symgrad
+
+torch = pytest.importorskip("torch")
+
+
+def _both(fn):
+    """``fn(lib)`` run with symgrad and with torch."""
+    return fn(symgrad), fn(torch)
+
+
+def test_a_numpy_array_built_from_tensors_that_require_grad_raises_like_torch():
+    def build(lib):
+        x = lib.tensor(3.0, dtype=lib.float64, requires_grad=True)
+        with pytest.raises(RuntimeError, match="requires grad") as info:
+            np.array([x, 2 * x])
+        return str(info.value)
+
+    ours, _ = _both(build)
+    assert "stack" in ours          # says what keeps the graph
+
+
+def test_np_stack_of_tensors_keeps_the_graph():
+    x = symgrad.tensor(3.0, dtype=symgrad.float64, requires_grad=True)
+    y = np.sum(np.stack([x, 2 * x])) + x
+    y.backward()
+    assert x.grad.item() == 4.0
+
+
+def test_numpy_of_a_tensor_that_requires_grad_works_without_grad_mode():
+    def read(lib):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        with lib.no_grad():
+            return x.numpy().tolist()
+
+    ours, theirs = _both(read)
+    assert ours == theirs
+
+
+def test_function_forward_may_call_numpy_on_its_inputs():
+    def run(lib):
+        class Sin(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return lib.from_numpy(np.sin(x.numpy()))
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * lib.cos(x)
+
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        y = Sin.apply(x)
+        y.sum().backward()
+        return y.detach().numpy().tolist(), x.grad.numpy().tolist()
+
+    ours, theirs = _both(run)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-15)
+
+
+def test_node_post_hook_gets_tuples_of_tensors_and_its_result_replaces_the_gradients():
+    def run(lib):
+        a = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        b = a.clone()
+        seen = []
+
+        def hook(grad_inputs, grad_outputs):
+            seen.append((type(grad_inputs), type(grad_inputs[0]).__name__, type(grad_outputs),
+                         type(grad_outputs[0]).__name__))
+            return (grad_outputs[0] * 2,)
+
+        b.grad_fn.register_hook(hook)
+        b.sum().backward()
+        return a.grad.numpy().tolist(), seen
+
+    (ours, ours_seen), (theirs, theirs_seen) = _both(run)
+    assert ours == theirs == [2.0, 2.0, 2.0]
+    assert ours_seen == theirs_seen == [(tuple, "Tensor", tuple, "Tensor")]
+
+
+def test_node_post_hook_returning_a_wrong_count_raises():
+    a = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    b = a.clone()
+    b.grad_fn.register_hook(lambda gi, go: (go[0], go[0]))
+    with pytest.raises(RuntimeError, match="incorrect number of values"):
+        b.sum().backward()
