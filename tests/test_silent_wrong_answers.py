@@ -89,3 +89,40 @@ def test_node_post_hook_returning_a_wrong_count_raises():
     b.grad_fn.register_hook(lambda gi, go: (go[0], go[0]))
     with pytest.raises(RuntimeError, match="incorrect number of values"):
         b.sum().backward()
+
+
+@pytest.mark.parametrize("value", [3.0, 0.0])
+def test_prod_over_dim_0_of_a_0d_tensor_has_gradient_one(value):
+    def run(lib):
+        a = lib.tensor(value, dtype=lib.float64, requires_grad=True)
+        a.prod(0).sum().backward()
+        return a.grad.item()
+
+    ours, theirs = _both(run)
+    assert ours == theirs == 1.0
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_prod_of_a_0d_tensor_compiles(compiled):
+    fn = (lambda x: x.prod(0) * 2)
+    fn = symgrad.compile(fn) if compiled else fn
+    a = symgrad.tensor(0.0, dtype=symgrad.float64, requires_grad=True)
+    fn(a).backward()
+    assert a.grad.item() == 2.0
+
+
+@pytest.mark.parametrize("dim, keepdim", [(0, False), (-1, True)])
+def test_logsumexp_over_dim_0_of_a_0d_tensor(dim, keepdim):
+    def run(lib):
+        a = lib.tensor(3.0, dtype=lib.float64, requires_grad=True)
+        y = lib.logsumexp(a, dim=dim, keepdim=keepdim)
+        (g,) = lib.autograd.grad(y, a, create_graph=True)
+        (g2,) = lib.autograd.grad(g, a)
+        return y.item(), g.item(), g2.item()
+
+    ours, theirs = _both(run)
+    assert ours == theirs == (3.0, 1.0, 0.0)
+    f = symgrad.compile(lambda x: symgrad.logsumexp(x * 2, dim=dim, keepdim=keepdim))
+    a = symgrad.tensor(3.0, dtype=symgrad.float64, requires_grad=True)
+    f(a).backward()
+    assert a.grad.item() == 2.0

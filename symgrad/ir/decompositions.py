@@ -25,7 +25,7 @@ from ..ops import functional as F
 
 
 def _logsumexp(self, dim, keepdim=False):
-    if self._data.size == 0:
+    if self._data.size == 0 or self.ndim == 0:  # nothing to stabilise: record the op whole
         return None
     m = F.amax(self, dim, keepdim=True).detach()          # max's gradient cancels out: leave it out
     m = F.where(F.abs(m) == math.inf, 0.0, m)      # rows of -inf stay -inf (as PyTorch)

@@ -411,6 +411,8 @@ def _std_fwd(self, dim=None, correction=None, keepdim=False):
 
 @forward("logsumexp", float_only=True)
 def _logsumexp_fwd(self, dim, keepdim=False):
+    if self.ndim == 0:  # one value over dim 0 or -1: itself, as in PyTorch
+        return self.copy()
     axes = normalize_dims(dim, self.ndim)
     m = np.amax(self, axis=axes, keepdims=True) if self.size else np.zeros((1,) * self.ndim, self.dtype)
     m = np.where(np.isfinite(m), m, 0)  # all -inf rows stay -inf instead of becoming nan
@@ -958,6 +960,8 @@ def _refuse_when_traced(t: Tensor, what: str) -> None:
 
 
 def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
+    if self.ndim == 0:  # a 0-d tensor reduced over dim 0 or -1 is itself: gradient 1
+        return grad * Tensor._wrap(np.ones_like(self._data))
     _refuse_when_traced(self, "the gradient of prod")
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
     if (self._data == 0).any():  # second order through zeros is not differentiated further

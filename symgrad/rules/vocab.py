@@ -112,6 +112,8 @@ def _np_prod_backward_all(grad, self):
 
 
 def _np_prod_backward(grad, self, dim, keepdim):
+    if np.ndim(self) == 0:  # a 0-d tensor reduced over dim 0 or -1 is itself: gradient 1
+        return np.asarray(grad) * np.ones_like(self)
     if not keepdim:
         grad = np.expand_dims(grad, dim)
     return grad * _exclusive_prod(self, dim)
