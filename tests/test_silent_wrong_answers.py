@@ -126,3 +126,28 @@ def test_logsumexp_over_dim_0_of_a_0d_tensor(dim, keepdim):
     a = symgrad.tensor(3.0, dtype=symgrad.float64, requires_grad=True)
     f(a).backward()
     assert a.grad.item() == 2.0
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_index_put_indices_given_as_arguments_are_graph_inputs(backend):
+    def f(theta, idx):
+        out = symgrad.index_put(symgrad.zeros(6, dtype=symgrad.float64), (idx,), theta, accumulate=True)
+        return (out * np.arange(6.0)).sum()
+
+    vg = symgrad.value_and_grad(symgrad.compile(f, backend=backend))
+    theta = np.array([1.0, 2.0, 3.0])
+    for idx in ([0, 1, 1], [5, 4, 3], [2, 2, 2]):
+        value, grad = vg(theta, np.array(idx))
+        assert value == float(np.dot(theta, idx))
+        assert grad.tolist() == [float(i) for i in idx]
+
+
+def test_index_put_with_repeated_indices_matches_torch():
+    def run(lib):
+        th = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        out = lib.index_put(lib.zeros(6, dtype=lib.float64), (lib.tensor([5, 4, 4]),), th, accumulate=True)
+        (out * lib.arange(6.0, dtype=lib.float64)).sum().backward()
+        return out.detach().numpy().tolist(), th.grad.numpy().tolist()
+
+    ours, theirs = _both(run)
+    assert ours == theirs

@@ -1231,7 +1231,7 @@ def _index_put_fwd(self, indices, values, accumulate=False):
 def index_put(input, indices, values, accumulate: bool = False) -> Tensor:
     """A copy of ``input`` with ``values`` written (or added) at ``indices`` (IndexPutBackward0)."""
     t = as_tensor(input)
-    idx = _index_arg(tuple(indices) if isinstance(indices, list) else indices)
+    idx = _index_key(tuple(indices) if isinstance(indices, list) else indices)  # tensors stay graph values
     if isinstance(idx, tuple) and len(idx) == 1:
         idx = idx[0]
     return _call("index_put", t, idx, _operand(values), accumulate)
