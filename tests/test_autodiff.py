@@ -840,6 +840,31 @@ def test_non_float_inputs_are_not_differentiated():
             autodiff(g, wrt=[pos])
 
 
+def test_the_joint_graph_declares_its_layout():
+    """autodiff returns a JointGraph: a Graph whose primals, forward outputs, ``wrt`` and
+    differentiated outputs are declared fields (a plain Graph has none of them)."""
+    from symgrad.compiler.autodiff import value_and_grad_graph
+    from symgrad.ir.graph import Graph, JointGraph
+
+    def f(x, w, k):
+        return (x * w).sum(), k * 2, symgrad.exp(x)
+
+    g = trace(f, np.ones(3), np.ones(3), np.arange(3))
+    assert type(g) is Graph and g.output_kind == "tuple"
+    assert not any(hasattr(g, a) for a in ("n_primals", "n_forward_outputs", "wrt", "diff_outputs"))
+    joint = autodiff(g, wrt=[1])
+    assert isinstance(joint, JointGraph)
+    assert (joint.n_primals, joint.n_forward_outputs, joint.wrt, joint.diff_outputs) == (3, 3, [1], [0, 2])
+    assert [v.name for v in joint.placeholders] == ["x", "w", "k", "tangent_0", "tangent_1"]
+    assert len(joint.outputs) == 3 + 1 and joint.output_kind == "tuple"
+    loss = trace(lambda x: (x * x).sum(), np.ones(3))
+    vg = value_and_grad_graph(loss)
+    assert isinstance(vg, JointGraph) and (vg.n_primals, vg.n_forward_outputs, vg.wrt) == (1, 1, [0])
+    assert [v.name for v in vg.placeholders] == ["x"]
+    value, grad = interpret(vg, np.array([1.0, 2.0, 3.0]))
+    assert value == 14.0 and np.array_equal(grad, [2.0, 4.0, 6.0])
+
+
 def test_one_tangent_per_float_output():
     """Several outputs: a tangent per floating-point output (the int output has none)."""
     def f(x, w):

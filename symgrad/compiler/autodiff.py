@@ -23,7 +23,7 @@ import numpy as np
 
 from ..autograd import anomaly, engine
 from ..autograd.node import AccumulateGrad
-from ..ir.graph import Graph
+from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import interpret, replay
 from ..ir.simplify import simplify as simplify_graph
 from ..ir.tracer import trace
@@ -31,10 +31,12 @@ from ..ops import registry
 from ..tensor import Tensor
 
 
-def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool = True) -> Graph:
+def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool = True) -> JointGraph:
     """The joint graph of ``graph``: its outputs, then the gradients with respect to ``wrt``.
 
-    ``wrt`` lists placeholder positions (default: every floating-point input).
+    ``wrt`` lists placeholder positions (default: every floating-point input).  The result's
+    ``n_primals``, ``n_forward_outputs``, ``wrt`` and ``diff_outputs`` describe its layout
+    (see :class:`~symgrad.ir.graph.JointGraph`).
     """
     n = len(graph.placeholders)
     if wrt is None:
@@ -67,11 +69,9 @@ def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool =
 
     names = [v.name for v in graph.placeholders] + [f"tangent_{k}" for k in range(len(tangents))]
     requires = [i in wrt for i in range(n)] + [False] * len(tangents)
-    joint_graph = trace(joint, *graph.example_inputs, *tangents, names=names, requires_grad=requires)
-    joint_graph.n_primals = n
-    joint_graph.n_forward_outputs = len(graph.outputs)
-    joint_graph.wrt = wrt
-    joint_graph.diff_outputs = diff_outputs
+    traced = trace(joint, *graph.example_inputs, *tangents, names=names, requires_grad=requires)
+    joint_graph = JointGraph.of(traced, n_primals=n, n_forward_outputs=len(graph.outputs), wrt=wrt,
+                                diff_outputs=diff_outputs)
     if simplify:
         simplify_graph(joint_graph)
     return joint_graph
@@ -137,7 +137,7 @@ class _Provenance:
             self._tag(self.mark, len(self.nodes), grad_rule="engine", grad_key=None, grad_of=None)
 
 
-def value_and_grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
+def value_and_grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> JointGraph:
     """The joint graph with every tangent fixed to one (for scalar losses): inputs are the primals only."""
     joint = autodiff(graph, wrt, simplify=False)
     n = joint.n_primals
@@ -146,6 +146,7 @@ def value_and_grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Grap
     def fixed(*primals):
         return tuple(replay(joint, list(primals) + [Tensor._wrap(o) for o in ones]))
 
-    out = trace(fixed, *graph.example_inputs, names=[v.name for v in graph.placeholders])
-    out.n_primals, out.n_forward_outputs, out.wrt = n, joint.n_forward_outputs, joint.wrt
+    traced = trace(fixed, *graph.example_inputs, names=[v.name for v in graph.placeholders])
+    out = JointGraph.of(traced, n_primals=n, n_forward_outputs=joint.n_forward_outputs, wrt=joint.wrt,
+                        diff_outputs=joint.diff_outputs)
     return simplify_graph(out)

@@ -106,7 +106,7 @@ def gradient_rules(kernels) -> list[dict]:
     if joint is None:
         return []
     n_fwd = joint.n_forward_outputs
-    diff_outputs = [graph.outputs[i] for i in getattr(joint, "diff_outputs", range(len(graph.outputs)))]
+    diff_outputs = [graph.outputs[i] for i in joint.diff_outputs]
     forward_anc = _ancestors(diff_outputs)
     out = []
     for j, i in enumerate(kernels.wrt):

@@ -161,6 +161,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.outputs: list[Value | None] = []
         self.example_inputs: list[np.ndarray] = []
+        self.output_kind = "tuple"   # how the traced function returned: "single" (a Tensor) or "tuple"
         self._names: dict[str, itertools.count] = {}
         self._used: set[str] = set()
 
@@ -216,6 +217,35 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph: {len(self.placeholders)} inputs, {len(self.nodes)} nodes, {len(self.outputs)} outputs>"
 
+
+class JointGraph(Graph):
+    """A forward+backward graph (made by ``symgrad.compiler.autodiff``).
+
+    Its placeholders are the forward graph's inputs (the first ``n_primals``), then one tangent per
+    differentiable output; its outputs are the forward graph's outputs (the first
+    ``n_forward_outputs``), then one gradient per input listed in ``wrt``.  ``diff_outputs`` are
+    the positions of the forward outputs that have tangents (the floating-point ones).
+    """
+
+    def __init__(self, n_primals: int, n_forward_outputs: int, wrt: list[int], diff_outputs: list[int]) -> None:
+        super().__init__()
+        self.n_primals = n_primals
+        self.n_forward_outputs = n_forward_outputs
+        self.wrt = wrt
+        self.diff_outputs = diff_outputs
+
+    @classmethod
+    def of(cls, graph: Graph, n_primals: int, n_forward_outputs: int, wrt: list[int],
+           diff_outputs: list[int]) -> JointGraph:
+        """The joint graph whose placeholders, nodes and outputs are those of ``graph`` (a traced
+        joint function; ``graph`` should not be used afterwards, as they are shared)."""
+        joint = cls(n_primals, n_forward_outputs, wrt, diff_outputs)
+        for name in _GRAPH_STATE:
+            setattr(joint, name, getattr(graph, name))
+        return joint
+
+
+_GRAPH_STATE = tuple(vars(Graph()))   # what a JointGraph takes over from a traced Graph
 
 _RESERVED = {"lambda", "def", "return", "for", "in", "if", "else", "not", "and", "or", "is", "None", "True",
              "False", "class", "from", "import", "with", "as", "pass", "global", "yield", "del", "try", "while"}
