@@ -18,6 +18,7 @@ fixtures) and arrays are tiny.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import threading
 import tracemalloc
 import warnings
@@ -295,6 +296,40 @@ def test_anomaly_mode_names_the_op_that_makes_the_first_nan(strategy):
         x = T([0.0, 1.0], requires_grad=True)     # without anomaly mode: NaN passes, as in eager
         g(x).backward()
         assert np.isnan(x.grad.numpy()[0]) and x.grad.numpy()[1] == 1.0
+
+
+USER_LOSS = """
+import symgrad
+
+
+def loss(x):
+    return symgrad.sqrt(x).sum()
+
+
+def step(f, x):
+    f(x).backward()
+"""
+
+
+@pytest.mark.parametrize("mode", ["eager", "joint", "split"])
+def test_anomaly_mode_names_a_user_file_under_a_directory_named_symgrad(tmp_path, mode):
+    """Frames count as symgrad's own by its package directories, not by ``symgrad`` in their path:
+    a user's file in a directory named ``symgrad`` is still the place the message names."""
+    path = tmp_path / "symgrad" / "user_loss.py"
+    path.parent.mkdir()
+    path.write_text(USER_LOSS)
+    spec = importlib.util.spec_from_file_location("user_loss_under_symgrad", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = module.loss if mode == "eager" else symgrad.compile(module.loss, scalar_loss=mode)
+    where = "The forward op was created at" if mode == "eager" else "The compiled function was called at"
+    line = 6 if mode == "eager" else 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = T([-1.0, 1.0], requires_grad=True)
+        with pytest.raises(RuntimeError, match=rf"{where} +File \".*user_loss\.py\", line {line}"):
+            with symgrad.autograd.detect_anomaly():
+                module.step(fn, x)
 
 
 # 2c. shapes

@@ -8,8 +8,15 @@ True
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 import threading
 import warnings
+
+# symgrad's own code: frames in these directories are not the user's
+_SYMGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FRAME_FILE = re.compile(r'\s*File "(.+)", line \d+')
 
 
 class _AnomalyState(threading.local):
@@ -79,15 +86,30 @@ class detect_anomaly:
         return wrapper
 
 
+def _package_dirs() -> tuple[str, ...]:
+    """The directories of symgrad and (once imported) codegen, each ending with a separator."""
+    dirs = [_SYMGRAD_DIR]
+    codegen_file = getattr(sys.modules.get("codegen"), "__file__", None)
+    if codegen_file:
+        dirs.append(os.path.dirname(os.path.abspath(codegen_file)))
+    return tuple(os.path.normcase(d) + os.sep for d in dirs)
+
+
+def _in_package(frame: str, dirs: tuple[str, ...]) -> bool:
+    """Whether a ``traceback.format_stack`` entry is a frame of symgrad's own code."""
+    m = _FRAME_FILE.match(frame)
+    return m is not None and os.path.normcase(os.path.abspath(m.group(1))).startswith(dirs)
+
+
 def forward_site(node) -> str:
     """The last frame of the node's forward traceback outside symgrad, as 'file:line in fn'."""
     trace = getattr(node, "_trace", None)
     if not trace:
         return ""
+    dirs = _package_dirs()
     for frame in reversed(trace):
-        if "/symgrad/" not in frame and "\\symgrad\\" not in frame:
-            first = frame.strip().splitlines()[0]
-            return first
+        if not _in_package(frame, dirs):
+            return frame.strip().splitlines()[0]
     return trace[-1].strip().splitlines()[0]
 
 
