@@ -243,8 +243,9 @@ def cmd_inspect(args) -> int:
 
     sections = _sections(args.section)
     fn, path, name, inputs, _, _ = _load(args)
-    if isinstance(fn, symgrad.CompiledFunction) and not args.no_cache:
-        compiled = fn
+    if isinstance(fn, symgrad.CompiledFunction):
+        # a compiled function keeps its own options; --no-cache only turns its caches off
+        compiled = symgrad.compile(fn.fn, **fn.compile_options.replace(cache=False)) if args.no_cache else fn
     else:
         compiled = symgrad.compile(getattr(fn, "fn", fn), cache=not args.no_cache)
     progress = Progress()

@@ -70,6 +70,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .compiler.compile import CompiledFunction
 from .compiler.compile import value_and_grad as _local_value_and_grad
+from .compiler.options import CompileOptions
 from .ir import trace
 from .ir.graph import IndexRef
 
@@ -90,13 +91,13 @@ class LossRef:
     """A loss named by its module and qualified name (what travels to the workers).
 
     ``options`` are the ``symgrad.compile`` options to compile it with on the worker, when the
-    name refers to the plain function rather than to the compiled one.
+    name refers to the plain function rather than to the compiled one (None: the defaults).
     """
 
     __slots__ = ("module", "qualname", "options")
 
-    def __init__(self, module: str, qualname: str, options: tuple = ()) -> None:
-        self.module, self.qualname, self.options = module, qualname, tuple(options)
+    def __init__(self, module: str, qualname: str, options: CompileOptions | None = None) -> None:
+        self.module, self.qualname, self.options = module, qualname, options
 
     def __reduce__(self):
         return LossRef, (self.module, self.qualname, self.options)
@@ -126,7 +127,7 @@ class LossRef:
             return obj
         if not callable(obj):
             raise TypeError(f"{self.module}.{self.qualname} is a {type(obj).__name__}, not a function")
-        return CompiledFunction(obj, **dict(self.options))
+        return CompiledFunction(obj, **(self.options or {}))
 
 
 def _underlying(obj):
@@ -157,9 +158,8 @@ def reference(loss: Callable) -> LossRef:
     if "<locals>" in qualname:
         raise TypeError(f"symgrad.dask: the loss {qualname!r} is defined inside a function, so it cannot be "
                         f"imported by name; {IMPORTABLE}")
-    options = ()
-    if isinstance(getattr(loss, "compiled", loss), CompiledFunction):
-        options = tuple(sorted(getattr(loss, "compiled", loss).options.items()))
+    compiled = getattr(loss, "compiled", loss)
+    options = compiled.compile_options if isinstance(compiled, CompiledFunction) else None
     ref = LossRef(module, qualname, options)
     try:
         found = ref.resolve()

@@ -242,6 +242,36 @@ def test_inspect_section_choice(capsys):
     assert not {"joint", "source", "timings"} & set(report)
 
 
+COMPILED_USER_FILE = '''
+import symgrad
+
+
+@symgrad.compile(math="libm", scalar_loss="split")
+def loss(x):
+    return symgrad.exp(x).sum()
+'''
+
+
+def test_inspect_no_cache_keeps_a_compiled_functions_options(capsys, tmp_path, monkeypatch):
+    from symgrad.compiler import inspect_report
+
+    inspected = []
+    real = inspect_report.inspect_function
+
+    def spy(compiled, *args, **kwargs):
+        inspected.append(compiled.compile_options)
+        return real(compiled, *args, **kwargs)
+
+    monkeypatch.setattr(inspect_report, "inspect_function", spy)
+    (tmp_path / "compiled_loss.py").write_text(COMPILED_USER_FILE)
+    for extra in ([], ["--no-cache"]):
+        r = run_main(capsys, "inspect", f"{tmp_path / 'compiled_loss.py'}:loss", "--arg", "x=f64[600]",
+                     "--section", "ir", *extra)
+        assert r.returncode == 0, r
+    assert [(o.math, o.scalar_loss, o.cache) for o in inspected] == [("libm", "split", True),
+                                                                     ("libm", "split", False)]
+
+
 # --- rules -----------------------------------------------------------------------------------------
 
 def test_rules(capsys):

@@ -6,8 +6,9 @@ minimum-bytes cut (:mod:`codegen.partition`) and generates a forward and a backw
 (:mod:`codegen.emit`).  Its outputs carry one ``CompiledFunctionBackward`` node, so compiled
 regions compose with eager code on both sides.
 
-This backend emits numpy statements (one per IR node); the fused Numba backend is the next
-step of the project and plugs in at :func:`_build`.
+Two backends generate the kernels (:func:`_emit`): ``"numba"`` (the default) fuses elementwise
+chains and reductions into loop kernels (:mod:`codegen.numba_emit`); ``"numpy"`` emits one numpy
+statement per IR node (:mod:`codegen.emit`), and also runs float16 graphs, which Numba cannot.
 
 >>> import numpy as np, symgrad
 >>> @symgrad.compile
@@ -24,8 +25,10 @@ array([0.918217, 1.381773])
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
+import inspect
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -39,18 +42,13 @@ from codegen.partition import Partition, partition
 from ..autograd import anomaly
 from ..autograd.grad_mode import STATE
 from ..autograd.node import ERR_BACKWARD_TWICE, Node
-from ..ir.graph import Graph
+from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import first_nan
 from ..ir.tracer import trace
 from ..tensor import Tensor, gradient_edge
 from . import build_cache, logs
 from .autodiff import autodiff
-
-try:
-    import numba  # noqa: F401 - the fused backend's compiler
-    DEFAULT_BACKEND = "numba"
-except ImportError:  # pragma: no cover - numba is a dependency; kept working without it
-    DEFAULT_BACKEND = "numpy"
+from .options import DEFAULT_BACKEND, BoundOptions, CompileOptions  # noqa: F401 - DEFAULT_BACKEND is API here too
 
 
 def _depending_outputs(graph: Graph, wrt: Sequence[int]) -> frozenset:
@@ -69,7 +67,7 @@ def _gc_paused():
 
     Building allocates many long-lived objects (graphs, generated code, Numba's dispatchers and
     type registries), so collections keep triggering, and each full one walks every sympy and
-    Numba object in the process: about 40 ms each here, a quarter of a warm first call.
+    Numba object in the process, which is a large share of a warm first call.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -80,30 +78,30 @@ def _gc_paused():
             gc.enable()
 
 
-def _emit(graph: Graph, name: str, options: dict, keep: dict | None = None):
+def _emit(graph: Graph, name: str, options: CompileOptions, keep: dict | None = None):
     """Generate and compile ``graph`` as function ``name``: ``(function, source)``.  ``keep``
     collects the generated code by name (for the build cache)."""
     # Numba has no float16: such graphs run as numpy statements (eager mode's float16 semantics)
     half = any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
         any(v.dtype.np == np.float16 for v in graph.placeholders)
-    if options["backend"] == "numba" and not half:
+    if options.backend == "numba" and not half:
         from codegen.numba_emit import emit_numba
 
-        e = emit_numba(graph, name, parallel=options["parallel"], fastmath=bool(options["fastmath"]),
-                       offload=options["numpy_simd"], math=options["math"])
+        e = emit_numba(graph, name, parallel=options.parallel, fastmath=bool(options.fastmath),
+                       offload=options.numpy_simd, math=options.math)
         if keep is not None:
             keep[name] = e
-        return e.compile(cache=options["cache"]), e.full_source
+        return e.compile(cache=options.cache), e.full_source
     e = emit_numpy(graph, name)
     if keep is not None:
         keep[name] = e
     return e.compile(), e.source
 
 
-def _compile_emitted(e, options: dict):
+def _compile_emitted(e, options: CompileOptions):
     """``(function, source)`` of generated code loaded from the build cache."""
     if hasattr(e, "kernels"):  # codegen.numba_emit.NumbaEmitted
-        return e.compile(cache=options["cache"]), e.full_source
+        return e.compile(cache=options.cache), e.full_source
     return e.compile(), e.source
 
 
@@ -112,7 +110,7 @@ class Kernels:
     """Everything built for one guard key: the graphs, the cut, the generated code."""
 
     graph: Graph
-    joint: Graph | None
+    joint: JointGraph | None
     parts: Partition | None
     forward: Callable
     backward: Callable | None
@@ -127,7 +125,7 @@ class Kernels:
     joint_source: str = ""
     unit_tangent: np.ndarray | None = None   # the seed ``1`` of a scalar output, made once
     grad_outputs: frozenset = frozenset()     # outputs that depend on an input requiring grad (get grad_fn)
-    options: dict = field(default_factory=dict)  # the compile options these were built with
+    options: CompileOptions = field(default_factory=CompileOptions)  # what these were built with
 
     @property
     def strategy(self) -> str:
@@ -235,23 +233,24 @@ class CompiledFunctionBackward(Node):
 class CompiledFunction:
     """A function compiled by :func:`compile`; call it like the original."""
 
-    def __init__(self, fn: Callable, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-                 backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True,
-                 math: str = "vector") -> None:
-        backend = backend or DEFAULT_BACKEND
-        if backend not in ("numpy", "numba"):
-            raise ValueError(f"symgrad.compile: unknown backend {backend!r} (available: 'numba', 'numpy')")
+    def __init__(self, fn: Callable, **options) -> None:
+        """``options``: the keyword arguments of :func:`compile` (see :class:`CompileOptions`)."""
         functools.update_wrapper(self, fn)
         self.fn = fn
-        if scalar_loss not in ("joint", "split"):
-            raise ValueError(f"symgrad.compile: scalar_loss must be 'joint' or 'split', not {scalar_loss!r}")
-        if math not in ("vector", "libm"):
-            raise ValueError(f"symgrad.compile: math must be 'vector' or 'libm', not {math!r}")
-        self.options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-                        "scalar_loss": scalar_loss, "numpy_simd": numpy_simd, "math": math}
+        self.compile_options = CompileOptions.of(**options)
         self._kernels: dict = {}
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0}
+
+    @property
+    def options(self) -> BoundOptions:
+        """The compile options as a mapping (``f.options["math"]``); assigning one
+        (``f.options["math"] = "libm"``) validates it, and later calls build kernels for it."""
+        return BoundOptions(self)
+
+    @options.setter
+    def options(self, options) -> None:
+        self.compile_options = CompileOptions.of(**options)
 
     # --- guards ---------------------------------------------------------------------------
     @staticmethod
@@ -281,9 +280,10 @@ class CompiledFunction:
         timings = {"trace_s": t1 - t0}
         # tracing always runs (it sees the function's current code and values); the rest may come
         # from the build cache, keyed by the traced graph
+        options = self.compile_options
         key = build_cache.build_key(graph, wrt=list(wrt), joint_kernel=joint_kernel,
-                                    options={k: v for k, v in self.options.items() if k != "cache"}) \
-            if self.options["cache"] else None
+                                    options={k: v for k, v in options.items() if k != "cache"}) \
+            if options.cache else None
         kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings)
         keep: dict | None = {} if key is not None and kernels is None else None
         if kernels is None and wrt:
@@ -294,29 +294,29 @@ class CompiledFunction:
             out0 = graph.outputs[0] if n_out == 1 else None
             scalar_loss = out0 is not None and out0.shape == () and out0.dtype.is_floating_point
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
-                joint_fn, joint_src = _emit(joint, "joint", self.options, keep)
+                joint_fn, joint_src = _emit(joint, "joint", options, keep)
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
                                   joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
-                fwd_fn, fwd_src = _emit(parts.forward, "forward", self.options, keep)
-                bwd_fn, bwd_src = _emit(parts.backward, "backward", self.options, keep)
+                fwd_fn, fwd_src = _emit(parts.forward, "forward", options, keep)
+                bwd_fn, bwd_src = _emit(parts.backward, "backward", options, keep)
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
-                if scalar_loss and self.options["scalar_loss"] == "joint":
-                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", self.options, keep)
+                if scalar_loss and options.scalar_loss == "joint":
+                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", options, keep)
             if scalar_loss:
                 kernels.unit_tangent = np.ones((), out0.dtype.np)
             kernels.grad_outputs = _depending_outputs(graph, wrt)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         elif kernels is None:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = _emit(graph, "forward", self.options, keep)
+            fwd_fn, fwd_src = _emit(graph, "forward", options, keep)
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         if keep:
             build_cache.store_build(key, keep, {"diff_outputs": list(kernels.diff_outputs)})
         kernels.timings = timings
-        kernels.options = dict(self.options)
+        kernels.options = options
         logs.report_build(self, kernels)
         self._stats["traces"] += 1
         for k, v in timings.items():
@@ -330,7 +330,7 @@ class CompiledFunction:
         found = build_cache.load_build(key)
         if found is None:
             return None
-        fns = {name: _compile_emitted(e, self.options) for name, e in found["emitted"].items()}
+        fns = {name: _compile_emitted(e, self.compile_options) for name, e in found["emitted"].items()}
         none = (None, "")
         n_out = len(graph.outputs)
         k = CachedKernels(graph, None, None, fns.get("forward", none)[0], fns.get("backward", none)[0],
@@ -349,9 +349,8 @@ class CompiledFunction:
 
     def kernels_for(self, *args, wrt: Sequence[int] | None = None, joint_kernel: bool = False) -> Kernels:
         """The kernels for these arguments (building them on a guard miss)."""
-        # the options that change the generated code are part of the key (options may be edited)
-        key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel, self.options["math"],
-               self.options["fastmath"], self.options["numpy_simd"])
+        # the options are part of the key: assigning one builds new kernels
+        key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel, self.compile_options)
         k = self._kernels.get(key)
         if k is None:
             with _gc_paused():
@@ -435,9 +434,11 @@ class CompiledFunction:
         return self.kernels_for(*args)
 
 
-def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = False, cache: bool = True,
-            backend: str | None = None, scalar_loss: str = "joint", numpy_simd: bool = True, math: str = "vector"):
+def compile(fn: Callable | None = None, **options):
     """Compile ``fn`` (usable as ``@compile`` and ``@compile(...)``).
+
+    The options (keyword arguments; :class:`~symgrad.compiler.options.CompileOptions` holds and
+    validates them, and ``.options`` of the result reads them):
 
     * ``backend="numba"`` (the default when Numba is installed) fuses elementwise chains and the
       reductions they feed into loop kernels; ``backend="numpy"`` emits one numpy statement per node.
@@ -462,7 +463,7 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
       tanh, ...: ``codegen.numba_emit.vector_functions()``) are inlined into the fused loops as branch-free
       code that LLVM vectorises (AVX-512/AVX2), so they are not offloaded to numpy, and the loops' sums
       are reassociated so whole loops vectorise (the order of a sum's terms is fixed per machine).
-      ``math="libm"``: scalar libm calls and in-order sums (the behaviour before vector math).
+      ``math="libm"``: scalar libm calls, and sums that add their terms in order.
 
     >>> @symgrad.compile(parallel=False)
     ... def f(x):
@@ -470,11 +471,17 @@ def compile(fn: Callable | None = None, *, parallel="auto", fastmath: bool = Fal
     >>> f.options["parallel"], f.options["scalar_loss"], f.options["math"]
     (False, 'joint', 'vector')
     """
-    options = {"parallel": parallel, "fastmath": fastmath, "cache": cache, "backend": backend,
-               "scalar_loss": scalar_loss, "numpy_simd": numpy_simd, "math": math}
+    checked = CompileOptions.of(**options)   # bad options fail here, not at decoration
     if fn is None:
-        return lambda f: CompiledFunction(f, **options)
-    return CompiledFunction(fn, **options)
+        return lambda f: CompiledFunction(f, **checked)
+    return CompiledFunction(fn, **checked)
+
+
+# help() and inspect show the options as keyword arguments
+compile.__signature__ = inspect.Signature(
+    [inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+       for f in dataclasses.fields(CompileOptions)])
 
 
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):
@@ -491,14 +498,15 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     'libm'
     """
     if isinstance(fn, CompiledFunction):
-        compiled = fn if math in (None, fn.options["math"]) else CompiledFunction(fn.fn, **{**fn.options, "math": math})
+        options = fn.compile_options
+        compiled = fn if math in (None, options.math) else CompiledFunction(fn.fn, **options.replace(math=math))
     else:
         compiled = CompiledFunction(fn, math=math or "vector")
     many = not isinstance(argnums, int)
     nums = list(argnums) if many else [argnums]
 
     # Calls whose arguments are all numpy arrays skip the general path: per (dtype, shape) of
-    # the arguments, remember the joint kernel (W4-sized problems are decided by this overhead).
+    # the arguments, remember the joint kernel (on small problems this overhead dominates).
     fast: dict = {}
     stats = compiled._stats
 
