@@ -1,9 +1,11 @@
-"""The backward engine: dependency-counted execution of the grad_fn graph.
+"""The backward engine: runs the grad_fn graph in decreasing creation order.
 
-Like PyTorch's ``Engine::execute``: count how many edges point at each node,
-run a node once all its gradients have arrived (most recently created first),
-reduce every gradient to its input's shape and dtype in one place
-(:func:`_validate`), and free saved tensors unless ``retain_graph``.
+A node is always created after the nodes it points at, so running the reachable
+nodes most recently created first runs each one after all of its consumers, once
+its gradient is complete: the order PyTorch's ``Engine::execute`` prefers, with
+no dependency counts (:func:`_execute`).  Every gradient is reduced to its
+input's shape and dtype in one place (:func:`_validate`), and saved tensors are
+freed unless ``retain_graph``.
 
 Gradients travel as numpy arrays; under ``create_graph=True`` they travel as
 Tensors and every formula is recorded, so the result can be differentiated again.

@@ -5,7 +5,7 @@ A compiled function traces the user's function on every guard miss.  Tracing *ru
 function, so it always sees the current code, globals and closure values — and it needs no
 sympy.  What follows (autodiff from the rule table, the partition, code generation) is a pure
 function of the traced graph, the compile options and symgrad's own code; in a warm process it
-is most of the first call (sympy's first use alone costs a few hundred milliseconds).  This
+is most of the first call (importing and first using sympy are slow).  This
 module keys that work by a fingerprint of exactly those inputs and keeps the generated sources
 in the per-user cache directory of :mod:`codegen.jit` (mode 0700, refused when others could
 write it), as JSON with a SHA-256 of its content: a damaged entry is ignored and rebuilt, and an
