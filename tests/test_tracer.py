@@ -318,3 +318,21 @@ def test_logsumexp_decomposition_matches_the_op(dim, keepdim):
     f(a).backward()
     (symgrad.logsumexp(b, dim=dim, keepdim=keepdim) ** 2).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-13)
+
+
+@pytest.mark.parametrize("folder", ["symgrad_demo", "numpy", "symgrad"])
+def test_trace_errors_name_a_user_file_in_a_folder_named_like_a_library(tmp_path, folder, monkeypatch):
+    src = tmp_path / folder / "user_loss.py"
+    src.parent.mkdir()
+    src.write_text("def f(x):\n    return x if x.sum().item() > 0 else -x\n")
+    monkeypatch.syspath_prepend(str(src.parent))
+    import importlib
+
+    module = importlib.import_module("user_loss")
+    try:
+        with pytest.raises(symgrad.TraceError, match=f"{folder}.user_loss.py:2 in f"):
+            symgrad.compile(module.f)(symgrad.ones(2))
+    finally:
+        import sys
+
+        sys.modules.pop("user_loss", None)

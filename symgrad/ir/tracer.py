@@ -31,6 +31,10 @@ from .decompositions import DECOMPOSITIONS
 from .graph import Graph, IndexRef, Value
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# frames inside these directories are the library's, not the user's (a trailing separator, so that
+# a user's own "symgrad_demo/" or ".../numpy/" folder still counts as the user's)
+_LIBRARY_DIRS = (_PACKAGE_DIR + os.sep, os.path.join(os.path.dirname(_PACKAGE_DIR), "codegen") + os.sep,
+                 os.path.dirname(os.path.abspath(np.__file__)) + os.sep)
 
 
 _TRACE_LOCK = threading.RLock()
@@ -44,7 +48,7 @@ def user_frame() -> str:
     """'file.py:LINE in function' of the innermost frame outside symgrad and numpy."""
     for frame in reversed(traceback.extract_stack()):
         path = os.path.abspath(frame.filename)
-        if path.startswith(_PACKAGE_DIR) or f"{os.sep}numpy{os.sep}" in path or frame.filename.startswith("<"):
+        if path.startswith(_LIBRARY_DIRS) or frame.filename.startswith("<"):
             if not frame.filename.startswith("<stdin>") and not frame.filename.startswith("<doctest"):
                 continue
         return f"{frame.filename}:{frame.lineno} in {frame.name}"
