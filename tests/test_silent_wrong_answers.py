@@ -151,3 +151,26 @@ def test_index_put_with_repeated_indices_matches_torch():
 
     ours, theirs = _both(run)
     assert ours == theirs
+
+
+def test_a_gradient_taken_inside_a_traced_function_is_differentiated_through():
+    inner = symgrad.grad(lambda v: np.sum(v ** 3))
+    outer = symgrad.grad(lambda v: np.sum(inner(v) * v))
+    np.testing.assert_allclose(outer(np.array([2.0])), [36.0])
+    value, g = symgrad.value_and_grad(lambda v: np.sum(inner(v) * v))(np.array([2.0, 1.0]))
+    assert value == 27.0
+    np.testing.assert_allclose(g, [36.0, 9.0])
+
+
+def test_grad_of_grad_of_a_scalar_function():
+    second = symgrad.grad(symgrad.grad(lambda x: np.sin(x) * x))
+    np.testing.assert_allclose(second(np.array(1.3)), -np.sin(1.3) * 1.3 + 2 * np.cos(1.3), rtol=1e-12)
+
+
+def test_grad_of_a_tensor_that_requires_grad_returns_a_differentiable_tensor():
+    inner = symgrad.grad(lambda v: (v ** 3).sum())
+    x = symgrad.tensor([2.0], dtype=symgrad.float64, requires_grad=True)
+    g = inner(x)
+    assert isinstance(g, symgrad.Tensor) and g.requires_grad
+    g.sum().backward()
+    assert x.grad.tolist() == [12.0]

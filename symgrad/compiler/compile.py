@@ -39,12 +39,14 @@ import numpy as np
 from codegen.emit import emit_numpy
 from codegen.partition import Partition, partition
 
-from ..autograd import anomaly
-from ..autograd.grad_mode import STATE
+from ..autograd import anomaly, engine
+from ..autograd.grad_mode import STATE, enable_grad
 from ..autograd.node import ERR_BACKWARD_TWICE, Node
 from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import first_nan
 from ..ir.tracer import trace
+from ..ops import functional as F
+from ..ops import registry
 from ..tensor import Tensor, gradient_edge
 from . import build_cache, logs
 from .autodiff import autodiff
@@ -511,6 +513,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     stats = compiled._stats
 
     def run(*args):
+        if _differentiable_call(args):
+            return _value_and_grad_recorded(fn, args, nums, many)
         try:
             if len(args) == 1:
                 a = args[0]
@@ -560,6 +564,45 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     run.compiled = compiled
     functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
     return run
+
+
+def _differentiable_call(args) -> bool:
+    """Whether a transform's result must itself be differentiable: an argument is a value of an
+    enclosing trace, or a tensor that requires grad while grad mode is on."""
+    recorder = registry._recorder
+    for a in args:
+        if isinstance(a, Tensor):
+            if recorder is not None and recorder.is_traced(a):
+                return True
+            if STATE.enabled and (a._requires_grad or a._grad_fn is not None):
+                return True
+    return False
+
+
+def _value_and_grad_recorded(fn: Callable, args: tuple, nums: list[int], many: bool):
+    """``(value, grad)`` as Tensors computed by the eager engine with ``create_graph=True``, so that
+    an enclosing trace records the gradient's ops (and differentiates through them) and an eager
+    caller can take higher derivatives."""
+    fn = fn.fn if isinstance(fn, CompiledFunction) else fn
+    recorder = registry._recorder
+    leaves = list(args)
+    with enable_grad():
+        for i in nums:
+            a = args[i]
+            if not isinstance(a, Tensor):
+                a = Tensor._wrap(np.asarray(a, dtype=np.float64))
+            if recorder is not None and recorder.is_traced(a):
+                a = recorder.leaf_alias(a)
+            elif not (a._requires_grad or a._grad_fn is not None):
+                a = a.detach().requires_grad_(True)
+            leaves[i] = a
+        value = fn(*leaves)
+        if not isinstance(value, Tensor) or value.shape != ():
+            shape = getattr(value, "shape", None)
+            raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
+        grads = engine.grad([value], [leaves[i] for i in nums], create_graph=True, allow_unused=True)
+    grads = [F.zeros_like(leaves[i]) if g is None else g for g, i in zip(grads, nums)]
+    return value, (tuple(grads) if many else grads[0])
 
 
 def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):

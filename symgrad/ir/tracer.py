@@ -86,6 +86,15 @@ class Tracer:
             return entry[1]
         return None
 
+    def leaf_alias(self, t: Tensor) -> Tensor:
+        """A new leaf tensor that requires grad and stands for ``t``'s value in the graph: a
+        gradient taken inside the traced function w.r.t. it is recorded as ops on ``t``'s value,
+        so the enclosing function can differentiate through that gradient."""
+        alias = Tensor._wrap(t._data)
+        alias.requires_grad_(True)
+        self.bind(alias, self._as_value(t))
+        return alias
+
     def refuse(self, message: str):
         """Stop tracing: the eager layer met something a graph cannot express (raises TraceError)."""
         raise TraceError(f"{message} ({user_frame()})")
