@@ -198,6 +198,22 @@ def test_inspect_w1_prints_every_section_and_the_source_that_runs(runs, paths):
     np.testing.assert_allclose(grad, xt.grad.numpy(), rtol=1e-13)
 
 
+def test_inspect_out_modules_of_a_function_with_np_max_import_and_run(tmp_path, capsys):
+    src = tmp_path / "centre.py"
+    src.write_text("import numpy as np\n\ndef f(v):\n    return np.sum(np.exp(v - np.max(v)))\n")
+    out = tmp_path / "out"
+    r = run_main(capsys, "inspect", f"{src}:f", "--arg", "v=f64[16]", "--section", "source", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    fwd = _import_file(str(out / "forward.py"), "symgrad_test_max_forward")
+    bwd = _import_file(str(out / "backward.py"), "symgrad_test_max_backward")
+    v = np.random.default_rng(0).standard_normal(16)
+    result = fwd.forward(v)
+    (grad,) = bwd.backward(*result[1:], np.ones(()))
+    value, want = symgrad.value_and_grad(lambda v: np.sum(np.exp(v - np.max(v))))(v)
+    np.testing.assert_allclose(result[0], value, rtol=1e-13)
+    np.testing.assert_allclose(grad, want, rtol=1e-13)
+
+
 def test_inspect_w2_json_report(runs):
     r = runs["w2"]
     assert r.returncode == 0, r

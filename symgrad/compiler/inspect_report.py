@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..dtypes import dtype as Dtype
 from ..ir.graph import Graph, Node, Value, _arg_text
 
 SECTIONS = ("ir", "joint", "rules", "partition", "source", "timings")
@@ -362,8 +363,8 @@ def _assembled_module(fn, kernel: str) -> ModuleSource:
                 continue
             done.add(key)
             if key in ops:
-                imports.append("from symgrad.ops.registry import get as _op")
-                defs.append(f"{key} = _op({ops[key]!r}).forward")
+                imports.append("from symgrad.ir.opinfo import numpy_forward as _forward")
+                defs.append(f"{key} = _forward({ops[key]!r})")
             elif isinstance(v, type(np)):
                 imports.append(f"import {v.__name__}" + (f" as {key}" if key != v.__name__ else ""))
             elif _importable(key, v) is not None:
@@ -378,6 +379,11 @@ def _assembled_module(fn, kernel: str) -> ModuleSource:
                 body = _function_source(v.py_func, sources)
                 kernels.append(f"{_decorator(v)}\n{body}")
                 resolve(_code_names(v.py_func.__code__), v.py_func.__globals__)
+            elif isinstance(v, Dtype):
+                imports.append("import symgrad")
+                defs.append(f"{key} = {v!r}")
+            elif isinstance(v, np.dtype):
+                defs.append(f"{key} = np.dtype({v.str!r})")
             elif isinstance(v, np.ndarray):
                 arrays[key] = v
                 defs.append(f"{key} = _C[{key!r}]")
