@@ -54,22 +54,31 @@ def group_0(x, n0):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 import sympy
 
-from symgrad.ir.graph import SHORT_DTYPES, Graph, Value, _arg_text
+from symgrad.ir.graph import SHORT_DTYPES, Graph, Value
 from symgrad.rules.printers import FUNCTION_NAMES
 
-from .emit import _ident, _Printer, arg_source, node_comment, node_statements
+from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
+from .kernel_common import (
+    PARALLEL_CHUNKS,
+    RANGE_CHECK,
+    RANGE_CHECKED,
+    KernelPrinter,
+    NumbaEmitted,
+    compute_suffix,
+    decorator,
+    generic_arg,
+    lift_constants,
+    scalar_namespace,
+    vector_imports,
+)
+from .row_kernel import emit_row_kernel
 
 MATH_MODES = ("vector", "libm")
-
-# Outer-loop chunks of a parallel kernel.  A fixed count (not the thread count) keeps parallel
-# reductions deterministic: each chunk sums its rows in order, then the chunks are added in order.
-PARALLEL_CHUNKS = 64
 
 # Under parallel="auto", loops of at least this many elements run on Numba's threads (when it
 # has more than one): below it, waking the thread pool costs more than it saves.  Measured on
@@ -104,12 +113,6 @@ def _row_kernel_mode(graph: Graph, parallel) -> str:
     return "parallel" if parallel is True else "serial"
 
 
-def _scalar_namespace():
-    from .scalar_math import SCALAR_NAMESPACE
-
-    return dict(SCALAR_NAMESPACE)
-
-
 def vector_functions(math: str = "vector") -> tuple[dict, str]:
     """``({vocabulary name: base name}, import line)`` of the inline vector elementary functions
     kernels call under ``math`` (:mod:`codegen.vecmath`; empty for ``"libm"``, or when that
@@ -131,112 +134,16 @@ def vector_functions(math: str = "vector") -> tuple[dict, str]:
     if not table or not line:
         return {}, ""
     # vsin/vcos are accurate up to an argument size; a loop using them checks its arguments (RANGE_CHECK)
-    if any(f in table for f in _RANGE_CHECKED):
+    if any(f in table for f in RANGE_CHECKED):
         checks = [f"{RANGE_CHECK}_{s}" for s in ("f64", "f32")]
         if all(hasattr(vecmath, c) for c in checks):
             line = line.rstrip("\n") + f"\nfrom codegen.vecmath import {', '.join(checks)}"
         else:   # no check to go with them: they stay libm calls
-            table = {k: v for k, v in table.items() if k not in _RANGE_CHECKED}
+            table = {k: v for k, v in table.items() if k not in RANGE_CHECKED}
     return table, line
 
 
-# Functions whose vector forms are exact only up to an argument size: a loop that calls them
-# or-reduces ``sincos_out_of_range_<dtype>(argument)`` and, when any argument is out of range,
-# the glue runs the loop again from its libm twin (``group_<k>_libm``, compiled only if needed).
-_RANGE_CHECKED = ("sin", "cos")
-RANGE_CHECK = "sincos_out_of_range"
-
-
 _SYMPY_NAMES = {vocab: name for name, vocab in FUNCTION_NAMES.items()}
-
-
-class _KernelPrinter(_Printer):
-    """Prints a loop statement; under ``math="vector"`` the functions of ``vector`` become calls of
-    their inline, dtype-specific versions (``exp(x)`` -> ``vexp_f64(x)``), and so does a power
-    with a constant non-integer exponent (``x**1.5`` -> ``vpow_f64(x, 1.5)``) when ``pow`` is there."""
-
-    def __init__(self, names: dict[str, str], vector: dict) -> None:
-        super().__init__(names)
-        self.vector = vector
-        self.suffix = "f64"   # set per statement: the dtype the node computes in
-        self.checks: list[str] = []   # range checks the statements printed so far need
-
-    def _print(self, expr, **kwargs):
-        if self.vector:
-            if isinstance(expr, sympy.Function):
-                name = FUNCTION_NAMES.get(type(expr).__name__, type(expr).__name__)
-                base = self.vector.get(name)
-                if base:
-                    args = ', '.join(self._print(a) for a in expr.args)
-                    if name in _RANGE_CHECKED:
-                        check = f"{RANGE_CHECK}_{self.suffix}({args})"
-                        if check not in self.checks:
-                            self.checks.append(check)
-                    return f"{base}_{self.suffix}({args})"
-            elif isinstance(expr, sympy.Pow) and "pow" in self.vector:
-                e = expr.exp
-                if e.is_Number and e.is_finite and not e.is_Integer and e not in (sympy.S.Half, -sympy.S.Half):
-                    return f"{self.vector['pow']}_{self.suffix}({self._print(expr.base)}, {float(e)!r})"
-        return super()._print(expr, **kwargs)
-
-
-def _compute_suffix(n) -> str:
-    """``f32`` for a node computing in float32, else ``f64`` (a comparison computes in its inputs' dtype)."""
-    o = n.outputs[0]
-    dtype = o.dtype if o.dtype.is_floating_point else next(
-        (v.dtype for v in n.inputs if v.dtype.is_floating_point), o.dtype)
-    return "f32" if dtype.np == np.float32 else "f64"
-
-
-@dataclass
-class NumbaEmitted:
-    """The glue source, one decorated kernel source per group, and how to compile them."""
-
-    name: str
-    source: str
-    kernels: list[str]
-    namespace: dict = field(default_factory=dict)
-    imports: str = ""          # import lines the kernels need beyond codegen.scalar_math.IMPORT_LINES
-    math: str = "libm"
-
-    @property
-    def full_source(self) -> str:
-        head = f"# math={self.math!r}" + (f"; {self.imports.strip()}" if self.imports else "")
-        return "\n\n".join([head] + self.kernels + [self.source])
-
-    def compile(self, cache: bool = True):
-        """The glue function, calling kernels compiled by :mod:`codegen.jit` (from its disk cache
-        with ``cache``).  The glue is plain Python: it is made by ``exec`` and never cached."""
-        from . import jit
-
-        kernels = jit.load_kernels(self.kernels, cache=cache, imports=self.imports)
-        glb = dict(self.namespace)
-        glb.update(kernels)
-        exec(compile(self.source, f"<symgrad {self.name}>", "exec"), glb)
-        fn = glb[self.name]
-        fn.__source__ = self.full_source
-        fn.kernels = list(kernels.values())
-        return fn
-
-
-def decorator(parallel: bool, fastmath: bool, vector: bool = False) -> str:
-    """The ``@njit(...)`` line of a generated kernel (the disk cache adds ``cache=True``).
-
-    Under ``math="vector"`` (``vector``), ``fastmath`` allows only FMA contraction
-    (:data:`~codegen.scalar_math.VECTOR_FASTMATH`): fastmath flags reach the inlined elementary
-    functions, whose range reductions and special values need IEEE arithmetic.
-
-    >>> decorator(False, True, vector=True)
-    "@njit(error_model='numpy', fastmath={'contract'})"
-    """
-    flags = ["error_model='numpy'"]
-    if parallel:
-        flags.append("parallel=PARALLEL_PRANGE_ONLY")
-    if fastmath:
-        from .scalar_math import VECTOR_FASTMATH
-
-        flags.append(f"fastmath={set(sorted(VECTOR_FASTMATH))!r}" if vector else "fastmath=True")
-    return f"@njit({', '.join(flags)})"
 
 
 def _broadcast_read(src: str, shape: tuple, out_shape: tuple) -> str:
@@ -248,26 +155,6 @@ def _broadcast_read(src: str, shape: tuple, out_shape: tuple) -> str:
         d = rank - len(shape) + j
         idx.append("0" if n == 1 and out_shape[d] != 1 else f"i{d}")
     return f"{src}[{', '.join(idx)}]"
-
-
-def _lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
-    """Replace non-integer numbers (outside exponents) by symbols ``k0, k1, ...``."""
-    if isinstance(expr, sympy.Pow):
-        return sympy.Pow(_lift_constants(expr.base, constants), expr.exp, evaluate=False)
-    if expr.is_Number:
-        if expr.is_Integer or expr in (sympy.nan, sympy.oo, -sympy.oo, sympy.zoo):
-            return expr
-        for j, (_, value) in enumerate(constants):
-            if value == expr:
-                return sympy.Symbol(f"k{j}")
-        constants.append((f"k{len(constants)}", expr))
-        return sympy.Symbol(constants[-1][0])
-    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.logic.boolalg.BooleanAtom)):
-        return expr
-    args = [_lift_constants(a, constants) if isinstance(a, sympy.Basic) else a for a in expr.args]
-    if isinstance(expr, sympy.Piecewise):
-        return sympy.Piecewise(*args, evaluate=False)
-    return expr.func(*args, evaluate=False) if isinstance(expr, (sympy.Add, sympy.Mul)) else expr.func(*args)
 
 
 def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmath: bool = False,
@@ -287,8 +174,6 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     vectorise = math == "vector"
     row_mode = _row_kernel_mode(graph, parallel) if vectorise else None
     if row_mode is not None:
-        from .row_kernel import emit_row_kernel
-
         rows = emit_row_kernel(graph, name, vector=vector, vector_import=vector_import, fastmath=fastmath,
                                parallel=row_mode == "parallel")
         if rows is not None:   # a batch whose rows are reduced and used again: one loop over the rows
@@ -305,7 +190,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     scattered = {p for p, _ in scatters.values()}
     group_of = {n: g for g in groups for n in g.nodes}
     fused_reduction = {r: g for g in groups for r in g.reductions}
-    ns = _scalar_namespace()
+    ns = scalar_namespace()
     ns.update({"asarray": np.asarray, "np": np})
     kernels: list[str] = []
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
@@ -381,7 +266,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 dims, _ = reduction_dims(r, len(grp.shape))
                 count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
                 if r.op.startswith("mean"):
-                    glue.append(f"    {out} = {out} / {count}")
+                    # the mean of nothing is nan, as numpy's (Python's float division would raise)
+                    glue.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
                 shape = tuple(int(s) for s in r.output.shape)
                 if shape:
                     glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
@@ -415,11 +301,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
         glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    imports = ""
-    if vectorise:
-        from .scalar_math import VECTOR_IMPORT_LINES
-
-        imports = VECTOR_IMPORT_LINES + (vector_import.rstrip("\n") + "\n" if vector_import else "")
+    imports = vector_imports(vector_import) if vectorise else ""
     return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
 
 
@@ -615,21 +497,6 @@ def _scatter_statements(n, scatter, other: Value, names: dict, ns: dict, graph: 
             f"{arg_source(index, names[n.outputs[0].name], names, ns)}, {names[values.name]})"]
 
 
-def _generic_arg(a, constants: list, code: str) -> str:
-    """An op argument for a kernel comment, without anything that depends on sizes: the kernel's
-    text (and so its cache key) must be the same for every size."""
-    if isinstance(a, Value):
-        return f"%{a.name}"
-    if isinstance(a, (int, float)) and not isinstance(a, bool):
-        for name, value in constants:
-            if float(value) == float(a):
-                return name
-        if isinstance(a, int) and str(a) in code:
-            return str(a)
-        return "…"
-    return _arg_text(a) if isinstance(a, (bool, str, type(None))) else "…"
-
-
 def _kernel_name(name: str) -> str:
     """A kernel parameter's name: no trailing underscore (``exp_`` -> ``exp_arr``), because Numba's
     parfor lowering renames ``a_`` to ``a__``, which can collide with another variable."""
@@ -708,8 +575,8 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
         local[n.output.name] = names[n.output.name]
     sizes = [f"n{d}" for d in range(rank)]
     constants: list = []
-    bodies = [_lift_constants(n.expr, constants) for n in nodes]
-    printer = _KernelPrinter(local, vector or {})
+    bodies = [lift_constants(n.expr, constants) for n in nodes]
+    printer = KernelPrinter(local, vector or {})
     written = [v for v in grp.outputs if v in needed]
     outs = [f"out_{_kernel_name(names[v.name])}" for v in written]
     lines = [f"def group_{k}({', '.join(params + outs + sizes + [c for c, _ in constants])}):"]
@@ -721,7 +588,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
     # a per-chunk row (no two threads write the same element), added up after the loop.
     chunked = parallel and rank > 0
-    checked = bool(vector) and any(FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in _RANGE_CHECKED
+    checked = bool(vector) and any(FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in RANGE_CHECKED
                                    and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
                                    for n in nodes for f in n.expr.atoms(sympy.Function))
     flag = "range_c" if chunked else "out_of_range"
@@ -782,10 +649,10 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     after_inner = []
     for n, body in zip(nodes, bodies):
         o = n.output
-        printer.suffix = _compute_suffix(n)
+        printer.suffix = compute_suffix(n)
         seen = len(printer.checks)
         code = printer.doprint(body)
-        args = ", ".join(_generic_arg(a, constants, code) for a in n.args)
+        args = ", ".join(generic_arg(a, constants, code) for a in n.args)
         short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
         lines.append(f"{indent}# %{o.name}: {short}[{', '.join(sizes)}] = {n.op}({args})")
         lines.append(f"{indent}{local[o.name]} = {code}")

@@ -174,3 +174,17 @@ def test_grad_of_a_tensor_that_requires_grad_returns_a_differentiable_tensor():
     assert isinstance(g, symgrad.Tensor) and g.requires_grad
     g.sum().backward()
     assert x.grad.tolist() == [12.0]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("scalar_loss", ["joint", "split"])
+def test_reductions_over_zero_elements_follow_numpy(backend, scalar_loss):
+    def f(x, w):
+        return np.sum(np.tanh(x @ w) ** 2) + np.mean(np.log1p(np.exp(-x)))
+
+    vg = symgrad.value_and_grad(symgrad.compile(f, backend=backend, scalar_loss=scalar_loss), argnums=(0, 1))
+    with np.errstate(invalid="ignore"):
+        value, (gx, gw) = vg(np.zeros((0, 3)), np.ones((3, 2)))
+    assert np.isnan(value)                 # the mean of nothing
+    assert gx.shape == (0, 3)
+    assert gw.tolist() == [[0.0, 0.0]] * 3
