@@ -188,3 +188,37 @@ def test_reductions_over_zero_elements_follow_numpy(backend, scalar_loss):
     assert np.isnan(value)                 # the mean of nothing
     assert gx.shape == (0, 3)
     assert gw.tolist() == [[0.0, 0.0]] * 3
+
+
+MIXED = {
+    "int ** 0.5": lambda lib, i, b: i ** 0.5,
+    "0.7 ** int": lambda lib, i, b: 0.7 ** i,
+    "int ** -1.0": lambda lib, i, b: i ** -1.0,
+    "int ** 2": lambda lib, i, b: i ** 2,
+    "2 ** int": lambda lib, i, b: 2 ** i,
+    "bool ** 0.5": lambda lib, i, b: b ** 0.5,
+    "int.clamp(0.5, 2.5)": lambda lib, i, b: i.clamp(0.5, 2.5),
+    "int.clamp(1, 2)": lambda lib, i, b: i.clamp(1, 2),
+    "int.clamp_min(1.5)": lambda lib, i, b: i.clamp_min(1.5),
+    "1.5 - int": lambda lib, i, b: 1.5 - i,
+    "int * 0.5": lambda lib, i, b: i * 0.5,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_python_floats_promote_integer_tensors_as_in_torch(name):
+    def run(lib):
+        out = MIXED[name](lib, lib.tensor([1, 2, 3, 4]), lib.tensor([True, False, True, True]))
+        return str(out.dtype).split(".")[-1], out.tolist()
+
+    (ours_dtype, ours), (theirs_dtype, theirs) = _both(run)
+    assert ours_dtype == theirs_dtype
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_a_complex_operand_is_a_clear_type_error():
+    x = symgrad.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match="no complex dtype"):
+        x * (1 + 0.2j)
+    with pytest.raises(TypeError, match="no complex dtype"):
+        symgrad.compile(lambda t: (t * 1j).sum())(x)

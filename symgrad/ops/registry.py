@@ -287,6 +287,13 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
     operands = [args[i] for i in op.tensor_positions if args[i] is not None]
     for i in op.list_positions:
         operands.extend(args[i])
+    if out.dtype.kind == "c":
+        raise TypeError(f"{op.name}: symgrad has no complex dtype, so a complex number cannot be an operand "
+                        f"(arguments: {', '.join(type(a).__name__ for a in args)}); compute with the real and "
+                        "imaginary parts as separate real tensors")
+    # Python numbers given as Scalar arguments of an elementwise op take part in promotion, as in
+    # PyTorch: an integer tensor ** 0.5 or clamped to 2.5 is a floating-point tensor
+    operands.extend(args[i] for i in _scalar_positions(op) if i < len(args) and isinstance(args[i], (int, float)))
     want = result_type(*operands)
     if op.dtype_rule == "float" and not want.is_floating_point:
         want = get_default_dtype()
@@ -298,6 +305,16 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
     if out.dtype != want.np:
         out = out.astype(want.np)
     return out
+
+
+def _scalar_positions(op: OpDef) -> tuple[int, ...]:
+    """Positions of the ``Scalar`` arguments of an elementwise op (cached on the op)."""
+    positions = op.extra.get("scalar_positions")
+    if positions is None:
+        positions = op.extra["scalar_positions"] = tuple(
+            i for i, a in enumerate(op.rule.schema.args)
+            if op.rule.elementwise_text is not None and a.type in ("Scalar", "Scalar?"))
+    return positions
 
 
 def _check_float(op: OpDef, args: tuple, Tensor) -> None:
