@@ -39,9 +39,21 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from symgrad.ir.graph import Graph, IndexRef, Node, Value
+from symgrad.ir.graph import SHORT_DTYPES, Graph, IndexRef, Node, Value
 
 from .emit import _ident
+from .kernel_common import (
+    PARALLEL_CHUNKS,
+    RANGE_CHECKED,
+    KernelPrinter,
+    NumbaEmitted,
+    compute_suffix,
+    decorator,
+    generic_arg,
+    lift_constants,
+    scalar_namespace,
+    vector_imports,
+)
 
 S, R, V, H = "scalar", "row", "vector", "one-hot"   # value kinds (H: index_put_add of one value per row)
 
@@ -78,9 +90,9 @@ def _row_arange(part, rows: int) -> bool:
 
 def emit_row_kernel(graph: Graph, name: str, *, vector: dict, vector_import: str, fastmath: bool = False,
                     parallel: bool = False):
-    """A :class:`~codegen.numba_emit.NumbaEmitted` computing ``graph`` row by row, or None when the
+    """A :class:`~codegen.kernel_common.NumbaEmitted` computing ``graph`` row by row, or None when the
     graph is not one a row kernel takes (module docstring).  ``parallel``: the rows are split into
-    :data:`~codegen.numba_emit.PARALLEL_CHUNKS` fixed chunks run over Numba's threads (sums over rows
+    :data:`~codegen.kernel_common.PARALLEL_CHUNKS` fixed chunks run over Numba's threads (sums over rows
     add the chunks' partial sums in chunk order, so they do not depend on the thread count)."""
     try:
         return _RowKernel(graph, name, vector, vector_import, fastmath, parallel).emit()
@@ -92,10 +104,8 @@ class _RowKernel:
     def __init__(self, graph: Graph, name: str, vector: dict, vector_import: str, fastmath: bool,
                  parallel: bool = False) -> None:
         self.graph, self.name, self.fastmath, self.parallel = graph, name, fastmath, parallel
-        from .numba_emit import _RANGE_CHECKED
-
         # sin/cos need a range check and a libm rerun of the loop: they stay libm calls here
-        self.vector = {k: v for k, v in vector.items() if k not in _RANGE_CHECKED}
+        self.vector = {k: v for k, v in vector.items() if k not in RANGE_CHECKED}
         self.vector_import = vector_import
         two_d = [p.shape for p in graph.placeholders if len(p.shape) == 2]
         if not two_d or two_d[0][1] < 2:
@@ -316,27 +326,13 @@ class _RowKernel:
 
     # --- code ---------------------------------------------------------------------------------
     def emit(self):
-        from symgrad.ir.graph import SHORT_DTYPES
-
-        from .numba_emit import (
-            PARALLEL_CHUNKS,
-            NumbaEmitted,
-            _compute_suffix,
-            _generic_arg,
-            _KernelPrinter,
-            _lift_constants,
-            _scalar_namespace,
-            decorator,
-        )
-        from .scalar_math import VECTOR_IMPORT_LINES
-
         self.plan()
         g, names = self.graph, self.names
         local = {v.name: names[v.name] for v in g.placeholders}
         for n in self.nodes:
             local[n.outputs[0].name] = names[n.outputs[0].name]
         constants: list = []
-        printer = _KernelPrinter(local, self.vector)
+        printer = KernelPrinter(local, self.vector)
         outputs = [v for v in g.outputs if v is not None]
         # row vectors a later loop reads: kept in a row buffer
         later = {}
@@ -349,25 +345,25 @@ class _RowKernel:
             later[v] = f"row_{names[v.name]}"
 
         def code_of(n) -> str:
-            printer.suffix = _compute_suffix(n)
+            printer.suffix = compute_suffix(n)
             if n.op == "_to_copy":
                 target = n.outputs[0].dtype.np
                 if target not in (np.float64, np.float32):
                     raise _Unsupported
                 return f"np.{np.dtype(target).name}({local[n.inputs[0].name]})"
             if n.op == "where.self":
-                c, a, b = (printer.doprint(_lift_constants(sympy.sympify(x) if not isinstance(x, Value)
+                c, a, b = (printer.doprint(lift_constants(sympy.sympify(x) if not isinstance(x, Value)
                                                            else sympy.Symbol(x.name), constants))
                            for x in n.args[:3])
                 return f"where({c}, {a}, {b})"
-            return printer.doprint(_lift_constants(n.expr, constants))
+            return printer.doprint(lift_constants(n.expr, constants))
 
         def comment(n) -> str:
             # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
             o = n.outputs[0]
             short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
             dims = {V: "n0, n1", R: "n0" if len(o.shape) == 1 else "n0, 1", S: ""}.get(self.kind.get(o), "n0, n1")
-            args = ", ".join("(arange(n0), …)" if isinstance(a, IndexRef) else _generic_arg(a, constants, "")
+            args = ", ".join("(arange(n0), …)" if isinstance(a, IndexRef) else generic_arg(a, constants, "")
                              for a in n.args)
             return f"# %{o.name}: {short}[{dims}] = {n.op}({args})"
 
@@ -584,10 +580,9 @@ class _RowKernel:
             else:
                 rets.append(local[v.name])
         glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-        ns = _scalar_namespace()
+        ns = scalar_namespace()
         ns.update({"np": np})
-        imports = VECTOR_IMPORT_LINES + "from codegen.scalar_math import rmax, rmin\n" + \
-            (self.vector_import.rstrip("\n") + "\n" if self.vector_import else "")
+        imports = vector_imports("from codegen.scalar_math import rmax, rmin", self.vector_import)
         return NumbaEmitted(self.name, "\n".join(glue), kernels, ns, imports, "vector")
 
 
