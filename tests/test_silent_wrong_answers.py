@@ -222,3 +222,27 @@ def test_a_complex_operand_is_a_clear_type_error():
         x * (1 + 0.2j)
     with pytest.raises(TypeError, match="no complex dtype"):
         symgrad.compile(lambda t: (t * 1j).sum())(x)
+
+
+def test_views_share_their_base_version_counter_as_in_torch():
+    def run(lib):
+        t = lib.zeros(4)
+        views = [t[1:], t.view(2, 2), t.expand(2, 4), t.reshape(4, 1), t.unsqueeze(0)]
+        copy = lib.zeros(3, 4).t().reshape(12)       # numpy (and torch) must copy here
+        views[0].add_(1)
+        return [t._version] + [v._version for v in views] + [copy._version]
+
+    ours, theirs = _both(run)
+    assert ours == theirs == [1, 1, 1, 1, 1, 1, 0]
+
+
+def test_writing_through_a_reshape_view_of_a_saved_tensor_is_detected():
+    def run(lib):
+        a = lib.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+        b = a * 1
+        y = (b * b).sum()
+        b.view(2, 2).mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+
+    _both(run)

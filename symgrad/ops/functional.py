@@ -588,7 +588,7 @@ def _size_arg(size) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-@forward("expand")
+@forward("expand", view=True)
 def _expand_fwd(self, size, implicit=False):
     size = tuple(self.shape[i - (len(size) - self.ndim)] if s == -1 else s for i, s in enumerate(size))
     return np.broadcast_to(self, size)
@@ -607,7 +607,7 @@ def expand_as(input, other) -> Tensor:
     return expand(input, tuple(as_tensor(other).shape))
 
 
-@forward("view")
+@forward("view", view="maybe")
 def _view_fwd(self, size):
     try:
         return np.reshape(self, size)
@@ -761,7 +761,7 @@ def matmul(input, other) -> Tensor:
     return _unsafe_view(bmm(A, B), final)
 
 
-@forward("_unsafe_view")
+@forward("_unsafe_view", view="maybe")
 def _unsafe_view_fwd(self, size):
     return np.reshape(self, size)
 

@@ -48,7 +48,7 @@ class OpDef:
     float_only: bool = False
     simple: bool = False              # one output, no tensor-list inputs
     promotes: bool = False            # dtype_rule != "keep"
-    view: bool = False                # output aliases input 0 (shares its version counter)
+    view: bool | str = False          # output aliases input 0 (shares its version counter); "maybe"
     saves_result: bool = False
     edge_plan: tuple = ()
     run: Callable | None = None       # apply's generated call (_generate), made on first use
@@ -67,11 +67,12 @@ _REGISTRY: dict[str, OpDef] = {}
 _FORWARDS: dict[str, tuple[Callable, dict]] = {}
 
 
-def forward(key: str, *, dtype_rule: str = "keep", float_only: bool = False, view: bool = False):
+def forward(key: str, *, dtype_rule: str = "keep", float_only: bool = False, view: bool | str = False):
     """Register the numpy forward of a non-elementwise op (decorator).
 
     ``view=True`` marks ops whose output aliases the input's memory: the output
-    then shares the input's version counter, as PyTorch views do.
+    then shares the input's version counter, as PyTorch views do; ``view="maybe"`` (reshapes)
+    shares it when the output does alias the input.
     """
 
     def deco(fn):
@@ -500,7 +501,11 @@ def _generate(op: OpDef, entry: str):
         # 4-7 for one output
         lines += fix_dtype("out", "    ")
         lines += ["    t = new(Tensor)", "    t._data = out"]
-        if op.view:
+        if op.view == "maybe":  # a reshape is a view unless numpy had to copy
+            glb["may_share_memory"] = np.may_share_memory
+            lines += [f"    if out.base is not None and may_share_memory(out, {ref(0)}._data):",
+                      f"        t._version_counter = {ref(0)}._version_counter"]
+        elif op.view:
             lines.append(f"    t._version_counter = {ref(0)}._version_counter")
         if records:
             lines.append("    if req and STATE.enabled and out.dtype.kind == 'f':")
