@@ -290,3 +290,90 @@ def test_random_row_losses_match_eager(seed):
         np.testing.assert_allclose(grad, want_grad, rtol=1e-8, atol=1e-12, err_msg=fn.__name__)
 
     check()
+
+
+# --- random row programs with non-scalar outputs: vector-Jacobian products -------------------------------
+
+ROW_HEADS = {
+    # the output: the whole matrix, one value per row, or a kept-dim column
+    "matrix": lambda x: x,
+    "rowsum": lambda x: x.sum(dim=1),
+    "lse": lambda x: symgrad.logsumexp(x, dim=1),
+    "amax": lambda x: x.amax(dim=1),
+    "np_max_times_2": lambda x: np.max(x, axis=1) * 2.0,
+    "mean_keepdim": lambda x: x.mean(dim=1, keepdim=True),
+    "centred_square": lambda x: (x - x.mean(dim=1, keepdim=True)) ** 2,
+    "softmax": lambda x: symgrad.softmax(x, dim=1),
+    "log_softmax": lambda x: x.log_softmax(dim=1),
+}
+
+
+def _row_vjp_program(steps, head):
+    def fn(L):
+        x = L
+        for s in steps:
+            x = ROW_STEPS[s](x)
+        return ROW_HEADS[head](x)
+    fn.__name__ = "_".join(steps) + "__" + head
+    return fn
+
+
+def _check_row_vjp(fn, L_batches, cotangents, **options):
+    """``symgrad.compile(fn, **options)`` then ``backward(G)`` with a random cotangent G, against eager, on
+    every batch (same shape: the second batch reuses the kernels)."""
+    compiled = symgrad.compile(fn, **options)
+    where = f"{fn.__name__} {options}"
+    for L, G in zip(L_batches, cotangents):
+        want_t = symgrad.tensor(L, requires_grad=True)
+        want = fn(want_t)
+        want.backward(symgrad.tensor(G))
+        t = symgrad.tensor(L, requires_grad=True)
+        out = compiled(t)
+        assert tuple(out.shape) == tuple(want.shape), where
+        assert out.dtype == want.dtype, where
+        out.backward(symgrad.tensor(G))
+        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=f"value: {where}")
+        np.testing.assert_allclose(t.grad.numpy(), want_t.grad.numpy(), rtol=1e-8, atol=1e-12,
+                                   err_msg=f"gradient: {where}")
+
+
+ROW_VJP_KNOWN = [
+    # (steps, head, options): outputs whose VJP kernels must compile, in each code path
+    ((), "log_softmax", {"scalar_loss": "joint", "math": "vector"}),
+    ((), "softmax", {"scalar_loss": "split", "math": "vector"}),
+    ((), "np_max_times_2", {"scalar_loss": "joint", "math": "vector"}),
+]
+
+
+@pytest.mark.parametrize("steps, head, options", ROW_VJP_KNOWN, ids=[c[1] for c in ROW_VJP_KNOWN])
+def test_row_vjps_of_row_outputs_match_eager(steps, head, options):
+    r = np.random.default_rng(11)
+    L = [r.standard_normal((8, 5)) for _ in range(2)]
+    out_shape = tuple(_row_vjp_program(steps, head)(symgrad.tensor(L[0])).shape)
+    _check_row_vjp(_row_vjp_program(steps, head), L, [r.standard_normal(out_shape) for _ in range(2)], **options)
+
+
+@pytest.mark.parametrize("seed", range(3 if _LONG else 1))
+def test_random_row_vjps_match_eager(seed):
+    """Random row pipelines whose output is the matrix, a value per row or a kept-dim column, with a random
+    cotangent (``backward(G)``): compiled with ``scalar_loss`` joint and split, ``math`` vector and libm,
+    serial (and, in the long profile, parallel), against eager.  The CI profile runs 5 programs,
+    ``SYMGRAD_FUZZ=long`` 3 x 60."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60 if _LONG else 5, deadline=None, derandomize=not _LONG, database=None)
+    @given(steps=st.lists(st.sampled_from(sorted(ROW_STEPS)), min_size=0, max_size=3),
+           head=st.sampled_from(sorted(ROW_HEADS)), rows=st.sampled_from([1, 3, 7]), cols=st.sampled_from([1, 2, 5]),
+           strategy=st.sampled_from(["joint", "split"]), math=st.sampled_from(["vector", "vector", "libm"]),
+           parallel=st.sampled_from([False, False, True] if _LONG else [False]), data_seed=st.integers(0, 2**16))
+    def check(steps, head, rows, cols, strategy, math, parallel, data_seed):
+        r = np.random.default_rng(data_seed + 1000 * seed)
+        fn = _row_vjp_program(steps, head)
+        L = [2.0 * r.standard_normal((rows, cols)) for _ in range(2)]
+        out_shape = tuple(fn(symgrad.tensor(L[0])).shape)
+        G = [r.standard_normal(out_shape) for _ in range(2)]
+        _check_row_vjp(fn, L, G, scalar_loss=strategy, math=math, parallel=parallel)
+
+    check()
