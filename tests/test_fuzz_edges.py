@@ -205,7 +205,7 @@ COMPILED_REDUCTION_CASES = [c for c in REDUCTION_CASES if c[1] != "prod"]
 
 
 @_slow_when_long
-@settings(max_examples=N_LONG if LONG else 6, **_BASE)
+@settings(max_examples=N_LONG if LONG else 4, **_BASE)
 @given(st.sampled_from(COMPILED_REDUCTION_CASES), st.sampled_from(["numba", "numba", "numpy"]),
        st.sampled_from(["joint", "split"]))
 def test_reductions_of_one_and_zero_elements_compiled_match_torch(case, backend, strategy):

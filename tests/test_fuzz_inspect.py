@@ -27,7 +27,7 @@ from test_fuzz import _BASE, LONG, LONG_EXAMPLES, Program, assert_close, program
 import symgrad
 from symgrad.cli import main
 
-DEFAULT_EXAMPLES = 5
+DEFAULT_EXAMPLES = 4
 
 
 def _import_file(path: str, name: str):
