@@ -214,6 +214,19 @@ SAMPLES = {
     "logical_and": lambda r: [(U(r, 3, 1) > 0.5, U(r, 1, 4) > 0.5)],
     "logical_or": lambda r: [(U(r, 3, 1) > 0.5, U(r, 1, 4) > 0.5)],
     "logical_not": lambda r: [(U(r, 4) > 0.5,)],
+    # rounding, remainders (values away from the jumps) and bitwise operators on integers
+    "floor_divide": lambda r: [(3 * U(r, 3, 1), A(r, 1, 4)), (3 * U(r, 4), 0.7)],
+    "trunc": lambda r: (3 * U(r, 2, 3),),
+    "remainder.Scalar": lambda r: [(3 * U(r, 3, 4), 1.5), (3 * U(r, 3), -0.7)],
+    "remainder.Tensor": lambda r: [(3 * U(r, 3, 1), A(r, 1, 4)), (3 * U(r, 2, 3), A(r, 3))],
+    "fmod.Scalar": lambda r: [(3 * U(r, 3, 4), 1.5), (3 * U(r, 3), -0.7)],
+    "fmod.Tensor": lambda r: [(3 * U(r, 3, 1), A(r, 1, 4)), (3 * U(r, 2, 3), A(r, 3))],
+    **{k: (lambda r: [(r.integers(-20, 20, (3, 1)), r.integers(-20, 20, (1, 4))),
+                      (r.integers(-20, 20, (4,)), 10)]) for k in (
+        "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor")},
+    **{k: (lambda r: [(r.integers(-20, 20, (3, 4)), r.integers(0, 4, (3, 4))), (r.integers(-20, 20, (4,)), 2)])
+       for k in ("bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor")},
+    "bitwise_not": lambda r: [(r.integers(-20, 20, (4,)),)],
     # index_put: integer-array indices, replacing or accumulating (repeated indices add up)
     "index_put": lambda r: [(U(r, 3, 4), np.array([0, 2]), U(r, 2, 4), False),
                             (U(r, 3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])), U(r, 3), True)],
@@ -672,6 +685,12 @@ TORCH_EQUIVALENT = {
     "logical_and": lambda L, a, b: L.logical_and(a, b), "logical_or": lambda L, a, b: L.logical_or(a, b),
     "logical_not": lambda L, a: L.logical_not(a),
     "index_put": lambda L, x, idx, v, acc: L.index_put(x, idx if isinstance(idx, tuple) else (idx,), v, acc),
+    "floor_divide": lambda L, a, b: L.floor_divide(a, b),
+    "trunc": _unary("trunc"),
+    **{k: (lambda name: lambda L, a, b: getattr(L, name)(a, b))(k.split(".")[0]) for k in (
+        "remainder.Scalar", "remainder.Tensor", "fmod.Scalar", "fmod.Tensor", "bitwise_and.Tensor",
+        "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor")},
+    "bitwise_not": lambda L, a: L.bitwise_not(a),
 }
 
 

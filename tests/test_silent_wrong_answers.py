@@ -246,3 +246,90 @@ def test_writing_through_a_reshape_view_of_a_saved_tensor_is_detected():
             y.backward()
 
     _both(run)
+
+
+def test_remainder_and_fmod_have_gradients():
+    def run(lib):
+        w = lib.tensor([5.3, -2.2], requires_grad=True)
+        (w % 1.5 + w).sum().backward()
+        out = [w.grad.tolist()]
+        for fn in (lib.remainder, lib.fmod):
+            a = lib.tensor([5.3, -2.2], requires_grad=True)
+            b = lib.tensor([1.5, 1.5], requires_grad=True)
+            y = fn(a, b)
+            y.sum().backward()
+            out += [type(y.grad_fn).__name__, a.grad.tolist(), b.grad.tolist()]
+        return out
+
+    ours, theirs = _both(run)
+    assert ours == theirs
+    assert ours[0] == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_compiled_remainder_gradients_match_eager(backend):
+    def f(w, o):
+        return (symgrad.remainder(w, o) * 2 + symgrad.fmod(w, o) + w % 1.5 + symgrad.fmod(w, 0.5)).sum()
+
+    w0, o0 = np.array([5.3, -2.2, 0.7]), np.array([1.5, 1.5, -0.4])
+    value, grads = symgrad.value_and_grad(symgrad.compile(f, backend=backend), argnums=(0, 1))(w0, o0)
+    w, o = symgrad.tensor(w0, requires_grad=True), symgrad.tensor(o0, requires_grad=True)
+    y = f(w, o)
+    y.backward()
+    assert value == pytest.approx(y.item(), rel=1e-14)
+    np.testing.assert_allclose(grads[0], w.grad.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(grads[1], o.grad.numpy(), rtol=1e-14)
+
+
+def test_bitwise_operators_on_integer_tensors_match_torch():
+    def run(lib):
+        i = lib.tensor([12, -8, 3])
+        outs = [i & 10, i | 10, i ^ 10, ~i, i << 2, i >> 1, 10 & i, 6 | i,
+                lib.tensor([True, False]) & lib.tensor([True, True]), ~lib.tensor([True, False])]
+        return [(str(o.dtype).split(".")[-1], o.tolist()) for o in outs]
+
+    ours, theirs = _both(run)
+    assert ours == theirs
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        symgrad.tensor([1.0]) & 1
+
+
+def test_bitwise_operators_inside_a_compiled_function():
+    g = symgrad.compile(lambda x, i: (x * ((i & 6) ^ (i >> 1))).sum())
+    x = symgrad.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for values in ([12, -8, 3], [1, 2, 3]):
+        i = symgrad.tensor(values)
+        assert g(x, i).item() == (x * ((i & 6) ^ (i >> 1))).sum().item()
+
+
+def test_std_of_one_element_with_correction_0_has_gradient_0():
+    def run(lib):
+        x = lib.tensor([1.5], dtype=lib.float64, requires_grad=True)
+        x.std(correction=0).backward()
+        y = lib.tensor([[1.0, 2.0, 4.0], [3.0, 3.0, 3.0]], dtype=lib.float64, requires_grad=True)
+        y.std(dim=1).sum().backward()
+        return x.grad.tolist(), y.grad.numpy().round(12).tolist()
+
+    ours, theirs = _both(run)
+    assert ours == theirs
+    assert ours[0] == [0.0]
+
+
+@pytest.mark.parametrize("exponent", [0.0, 0, 2.0, 3])
+@pytest.mark.parametrize("point", [0.0, 1.0, -1.0])
+def test_second_derivative_of_pow_matches_torch(exponent, point):
+    def run(lib):
+        x = lib.tensor(point, dtype=lib.float64, requires_grad=True)
+        (g,) = lib.autograd.grad(x ** exponent, x, create_graph=True)
+        if not g.requires_grad:
+            return g.item(), None
+        (g2,) = lib.autograd.grad(g, x)
+        return g.item(), g2.item()
+
+    ours, theirs = _both(run)
+    assert ours == theirs
+
+
+def test_nested_grad_of_x_to_the_0_at_0_is_0():
+    second = symgrad.grad(symgrad.grad(lambda x: x ** 0.0))
+    assert second(np.array(0.0)) == 0.0

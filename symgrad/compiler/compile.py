@@ -600,7 +600,10 @@ def _value_and_grad_recorded(fn: Callable, args: tuple, nums: list[int], many: b
         if not isinstance(value, Tensor) or value.shape != ():
             shape = getattr(value, "shape", None)
             raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
-        grads = engine.grad([value], [leaves[i] for i in nums], create_graph=True, allow_unused=True)
+        if value.requires_grad:
+            grads = engine.grad([value], [leaves[i] for i in nums], create_graph=True, allow_unused=True)
+        else:  # a constant of the arguments (the gradient of x ** 0, say)
+            grads = [None] * len(nums)
     grads = [F.zeros_like(leaves[i]) if g is None else g for g, i in zip(grads, nums)]
     return value, (tuple(grads) if many else grads[0])
 

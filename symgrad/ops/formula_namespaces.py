@@ -9,6 +9,10 @@ numpy forward and its differentiable symgrad function.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
+
+import numpy as np
 
 from ..rules.vocab import FORMULA_FUNCTIONS, NUMPY_FUNCTIONS, TENSOR_ALIASES
 from . import registry
@@ -59,6 +63,40 @@ def tensor_namespace() -> dict:
             fn = getattr(F, TENSOR_ALIASES.get(name, name), None)
             if fn is not None:
                 ns[name] = fn
+        ns["where"] = _where_known_condition(ns["where"], F)
+        ns["eq"], ns["ne"] = _compare_numbers(ns["eq"], operator.eq), _compare_numbers(ns["ne"], operator.ne)
         ns.update(_extra_tensor)
         _tensor_namespace = ns
     return _tensor_namespace
+
+
+def _where_known_condition(where, F):
+    """``where`` for differentiable formulas: a condition on Scalar arguments (``Eq(exponent, 0)``)
+    is a Python bool, and then only the chosen branch may carry a graph.  Otherwise the other
+    branch's backward would multiply a zero by its own infinities (``x ** -1`` at 0) and a
+    second derivative would be nan, where PyTorch's is 0."""
+
+    def where_(cond, a, b):
+        if isinstance(cond, (bool, np.bool_)):
+            chosen, other = (a, b) if cond else (b, a)
+            if not isinstance(chosen, numbers.Number):
+                if isinstance(other, numbers.Number) or other.shape == chosen.shape:
+                    return chosen
+                return F.expand(chosen, np.broadcast_shapes(tuple(chosen.shape), tuple(other.shape)))
+            if not isinstance(other, numbers.Number):      # a number: its value, in the other's shape
+                return type(other)._wrap(np.full(other._data.shape, chosen, dtype=other._data.dtype))
+        return where(cond, a, b)
+
+    return where_
+
+
+def _compare_numbers(compare, python_op):
+    """``eq``/``ne`` for differentiable formulas: on two numbers (Scalar arguments) a Python bool,
+    so that ``where`` can pick its branch once."""
+
+    def compare_(a, b):
+        if isinstance(a, numbers.Number) and isinstance(b, numbers.Number):
+            return python_op(a, b)
+        return compare(a, b)
+
+    return compare_

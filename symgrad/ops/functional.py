@@ -299,22 +299,106 @@ def heaviside(input, values) -> Tensor:
     return _call("heaviside", as_tensor(input), _operand(values))
 
 
-def floor_divide(input, other) -> Tensor:
-    """Floor division (not differentiable, like PyTorch's)."""
+def _dividend_first(key: str, scalar_key: str | None, input, other) -> Tensor:
+    """``key(input, other)`` with a number on either side (a number dividend becomes a 0-d tensor)."""
     a, b = _operand(input), _operand(other)
-    da = a._data if isinstance(a, Tensor) else a
-    db = b._data if isinstance(b, Tensor) else b
-    out = np.asarray(np.floor_divide(da, db))
-    want = _dt.result_type(a, b)
-    return Tensor._wrap(out.astype(want.np, copy=False))
+    if not isinstance(a, Tensor):
+        a = as_tensor(a)
+        if isinstance(b, Tensor) and b.dtype.is_floating_point and not a.dtype.is_floating_point:
+            a = to(a, b.dtype)
+    if scalar_key is not None and not isinstance(b, Tensor):
+        return _call(scalar_key, a, b)
+    return _call(key, a, b)
+
+
+@forward("floor_divide", dtype_rule="promote")
+def _floor_divide_fwd(self, other):
+    return np.floor_divide(self, other)
+
+
+def floor_divide(input, other) -> Tensor:
+    """Floor division ``input // other`` (not differentiable: a step function)."""
+    return _dividend_first("floor_divide", None, input, other)
+
+
+def _remainder_fwd(self, other):
+    return np.remainder(self, other)
+
+
+def _fmod_fwd(self, other):
+    return np.fmod(self, other)
+
+
+for _key in ("remainder.Scalar", "remainder.Tensor"):
+    forward(_key, dtype_rule="promote")(_remainder_fwd)
+for _key in ("fmod.Scalar", "fmod.Tensor"):
+    forward(_key, dtype_rule="promote")(_fmod_fwd)
 
 
 def remainder(input, other) -> Tensor:
-    a, b = _operand(input), _operand(other)
-    da = a._data if isinstance(a, Tensor) else a
-    db = b._data if isinstance(b, Tensor) else b
-    out = np.asarray(np.remainder(da, db))
-    return Tensor._wrap(out.astype(_dt.result_type(a, b).np, copy=False))
+    """``input % other`` with the divisor's sign, as Python's (RemainderBackward0/1)."""
+    return _dividend_first("remainder.Tensor", "remainder.Scalar", input, other)
+
+
+def fmod(input, other) -> Tensor:
+    """C's remainder, with the dividend's sign (FmodBackward0/1)."""
+    return _dividend_first("fmod.Tensor", "fmod.Scalar", input, other)
+
+
+@forward("trunc")
+def _trunc_fwd(self):
+    return np.trunc(self)
+
+
+def trunc(input) -> Tensor:
+    """Round towards zero (TruncBackward0; gradient 0)."""
+    return _call("trunc", as_tensor(input))
+
+
+fix = trunc
+
+
+def _bitwise(name: str, numpy_fn, logical=None):
+    key = f"{name}.Tensor"
+    forward(key, dtype_rule="promote")(lambda self, other: numpy_fn(self, other))
+
+    def fn(input, other) -> Tensor:
+        a, b = _operand(input), _operand(other)
+        if not isinstance(a, Tensor):
+            a = as_tensor(a)
+        for x in (a, b):
+            if (isinstance(x, Tensor) and x.dtype.is_floating_point) or isinstance(x, float):
+                raise RuntimeError(f'"{name}_cpu" not implemented for \'Float\': bitwise operators take '
+                                   "integer or bool tensors")
+        if logical is not None and a.dtype.name == "bool" and isinstance(b, Tensor) and b.dtype.name == "bool":
+            return logical(a, b)   # on bools the bitwise and logical ops agree; the logical one fuses
+        return _call(key, a, b)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` of integer or bool tensors (not differentiable)."
+    return fn
+
+
+bitwise_and = _bitwise("bitwise_and", np.bitwise_and, logical_and)
+bitwise_or = _bitwise("bitwise_or", np.bitwise_or, logical_or)
+bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
+bitwise_left_shift = _bitwise("bitwise_left_shift", np.left_shift)
+bitwise_right_shift = _bitwise("bitwise_right_shift", np.right_shift)
+
+
+@forward("bitwise_not")
+def _bitwise_not_fwd(self):
+    return np.invert(self)
+
+
+def bitwise_not(input) -> Tensor:
+    """``~input``: bitwise not of an integer tensor, logical not of a bool tensor."""
+    t = as_tensor(input)
+    if t.dtype.is_floating_point:
+        raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float': ~ takes integer or bool tensors")
+    if t.dtype.name == "bool":
+        return logical_not(t)
+    return _call("bitwise_not", t)
 
 
 # --- reductions -----------------------------------------------------------------------------

@@ -292,7 +292,7 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
         raise TypeError(f"{op.name}: symgrad has no complex dtype, so a complex number cannot be an operand "
                         f"(arguments: {', '.join(type(a).__name__ for a in args)}); compute with the real and "
                         "imaginary parts as separate real tensors")
-    # Python numbers given as Scalar arguments of an elementwise op take part in promotion, as in
+    # Python numbers given as Scalar arguments take part in promotion, as in
     # PyTorch: an integer tensor ** 0.5 or clamped to 2.5 is a floating-point tensor
     operands.extend(args[i] for i in _scalar_positions(op) if i < len(args) and isinstance(args[i], (int, float)))
     want = result_type(*operands)
@@ -309,12 +309,11 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
 
 
 def _scalar_positions(op: OpDef) -> tuple[int, ...]:
-    """Positions of the ``Scalar`` arguments of an elementwise op (cached on the op)."""
+    """Positions of the ``Scalar`` arguments of an op (cached on the op)."""
     positions = op.extra.get("scalar_positions")
     if positions is None:
         positions = op.extra["scalar_positions"] = tuple(
-            i for i, a in enumerate(op.rule.schema.args)
-            if op.rule.elementwise_text is not None and a.type in ("Scalar", "Scalar?"))
+            i for i, a in enumerate(op.rule.schema.args) if a.type in ("Scalar", "Scalar?"))
     return positions
 
 
