@@ -19,9 +19,11 @@ import sympy
 
 from symgrad.ir.graph import Graph, Node, Value
 
+from . import op_facts
 from .simd import MIN_ELEMENTS, simd_functions
 
-FUSABLE_REDUCTIONS = {"sum", "mean", "sum.dim_IntList", "mean.dim"}
+# Reductions a loop carries as accumulators.
+FUSABLE_REDUCTION_KINDS = ("sum", "mean")
 
 
 def reduction_dims(node: Node, rank: int) -> tuple[tuple[int, ...], bool] | None:
@@ -32,9 +34,9 @@ def reduction_dims(node: Node, rank: int) -> tuple[tuple[int, ...], bool] | None
     >>> reduction_dims(g.nodes[0], 2)
     ((1,), True)
     """
-    if node.op not in FUSABLE_REDUCTIONS or node.args[-1] is not None:  # an explicit dtype: leave it to numpy
-        return None
-    if node.op in ("sum", "mean"):
+    if op_facts.reduction_kind(node.op) not in FUSABLE_REDUCTION_KINDS or node.args[-1] is not None:
+        return None   # (an explicit dtype: leave it to numpy)
+    if not op_facts.reduces_over_dim(node.op):
         return tuple(range(rank)), False
     dims, keepdim = node.args[1], bool(node.args[2])
     if dims is None or dims == [] or dims == ():
@@ -151,7 +153,7 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
         for o in node.outputs:
             if chosen is not None:
                 ready_at[o] = start[id(chosen)]
-            elif node.op == "expand" and isinstance(node.args[0], Value):
+            elif op_facts.has(node.op, "broadcast") and isinstance(node.args[0], Value):
                 # loops read an expand's source with broadcast indexing: ready when the source is
                 ready_at[o] = ready_at.get(node.args[0], -1)
             else:

@@ -61,6 +61,7 @@ import sympy
 from symgrad.ir.graph import SHORT_DTYPES, Graph, Value
 from symgrad.rules.printers import FUNCTION_NAMES
 
+from . import op_facts
 from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
 from .kernel_common import (
@@ -197,7 +198,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
 
     def source_of(v: Value) -> Value:
         p = v.producer
-        while p is not None and p.op == "expand" and isinstance(p.args[0], Value):
+        while p is not None and op_facts.has(p.op, "broadcast") and isinstance(p.args[0], Value):
             v, p = p.args[0], p.args[0].producer
         return v
 
@@ -265,7 +266,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                     continue
                 dims, _ = reduction_dims(r, len(grp.shape))
                 count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
-                if r.op.startswith("mean"):
+                if op_facts.reduction_kind(r.op) == "mean":
                     # the mean of nothing is nan, as numpy's (Python's float division would raise)
                     glue.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
                 shape = tuple(int(s) for s in r.output.shape)
@@ -337,7 +338,7 @@ class _BlockPlan:
             lines.append("    " + line)
         for r in self.reductions:
             out = names[r.output.name]
-            total = f"total_{out}" + (f" / {self.n}" if r.op.startswith("mean") else "")
+            total = f"total_{out}" + (f" / {self.n}" if op_facts.reduction_kind(r.op) == "mean" else "")
             lines.append(f"    {out} = {total}")
             if r.output.dtype.np != np.float64:
                 lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
@@ -364,7 +365,7 @@ def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, sca
     for n in graph.nodes:
         if n in group_of or n in fused_reduction or not any(o in needed for o in n.outputs):
             continue
-        if n.op == "expand" and source_of(n.outputs[0]).shape == ():
+        if op_facts.has(n.op, "broadcast") and source_of(n.outputs[0]).shape == ():
             continue
         if _plain_ufunc(n) is None or tuple(n.outputs[0].shape) != shape:
             return None
@@ -392,11 +393,6 @@ def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, sca
 _UFUNCS = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "tanh": "tanh", "sin": "sin",
            "cos": "cos", "sinh": "sinh", "cosh": "cosh", "atan": "arctan", "log2": "log2", "exp2": "exp2"}
 
-# Glue ops whose result is a new array (never a view of an input): a pooled buffer may feed them.
-_FRESH_RESULT_OPS = {"mm", "mv", "bmm", "matmul", "dot", "sum", "sum.dim_IntList", "mean", "mean.dim", "amax",
-                     "amin", "logsumexp", "index_put_add", "where.self"}
-
-
 def _plain_ufunc(n) -> str | None:
     """The numpy ufunc of a node that is exactly ``f(value)`` of its one same-dtype input."""
     e = n.expr
@@ -405,10 +401,6 @@ def _plain_ufunc(n) -> str | None:
     if n.inputs[0].dtype is not n.outputs[0].dtype or tuple(n.inputs[0].shape) != tuple(n.outputs[0].shape):
         return None
     return _UFUNCS.get(type(e).__name__)
-
-
-_ALIAS_OPS = {"expand", "view", "_unsafe_view", "t", "transpose.int", "permute", "unsqueeze", "squeeze.dim",
-              "detach"}
 
 
 class _BufferPool:
@@ -439,9 +431,9 @@ class _BufferPool:
         for u in self.users.get(v, []):
             if u in self.scatter_nodes:
                 return False                  # adds into ``v`` in place and returns it
-            if (u.expr is not None and not u.expr.is_Symbol) or u.op in _FRESH_RESULT_OPS:
+            if (u.expr is not None and not u.expr.is_Symbol) or op_facts.has(u.op, "fresh_result"):
                 continue                      # reads v, makes a new array (loops, ufuncs, matmul...)
-            if u.op in _ALIAS_OPS and all(self.poolable(o) for o in u.outputs):
+            if op_facts.has(u.op, "view") and all(self.poolable(o) for o in u.outputs):
                 continue                      # a view, used only by readers
             return False
         return True
@@ -451,7 +443,7 @@ class _BufferPool:
         last = self.at[v.producer] if v.producer is not None else -1
         for u in self.users.get(v, []):
             last = max(last, self.at[u])
-            if u.op in _ALIAS_OPS:
+            if op_facts.has(u.op, "view"):
                 last = max([last] + [self.last_use(o) for o in u.outputs])
         return last
 
@@ -560,7 +552,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     for v in grp.inputs:
         src = v
         p = v.producer
-        while p is not None and p.op == "expand" and isinstance(p.args[0], Value):
+        while p is not None and op_facts.has(p.op, "broadcast") and isinstance(p.args[0], Value):
             src, p = p.args[0], p.args[0].producer
         param = _kernel_name(names[src.name])
         if param not in params:

@@ -25,13 +25,9 @@ import sympy
 
 from symgrad.ir.graph import Graph, Node, Value
 
+from . import op_facts
+
 INF = float("inf")
-
-# Ops that are cheap to recompute besides elementwise ones: views and broadcasts.
-RECOMPUTABLE_STRUCTURAL = {"expand", "view", "_unsafe_view", "unsqueeze", "squeeze", "squeeze.dim",
-                           "squeeze.dims", "squeeze_", "squeeze_.dim", "t", "transpose.int", "permute",
-                           "detach", "constant", "_to_copy", "clone", "select.int", "slice.Tensor"}
-
 
 # Elementwise functions that are cheap to evaluate again (everything else, exp/sin/tanh/log1p...,
 # is a libm call per element on the CPU: reading a saved array back is cheaper than recomputing it).
@@ -43,7 +39,7 @@ def recomputable(node: Node) -> bool:
     matmul, reductions and indexing are saved instead."""
     if node.expr is not None:
         return all(type(f).__name__ in CHEAP_FUNCTIONS for f in node.expr.atoms(sympy.Function))
-    return node.op in RECOMPUTABLE_STRUCTURAL
+    return op_facts.has(node.op, "recomputable")   # views, broadcasts, copies
 
 
 def value_bytes(v: Value) -> int:

@@ -41,6 +41,7 @@ import sympy
 
 from symgrad.ir.graph import SHORT_DTYPES, Graph, IndexRef, Node, Value
 
+from . import op_facts
 from .emit import _ident
 from .kernel_common import (
     PARALLEL_CHUNKS,
@@ -57,11 +58,25 @@ from .kernel_common import (
 
 S, R, V, H = "scalar", "row", "vector", "one-hot"   # value kinds (H: index_put_add of one value per row)
 
-_ROW_REDUCTIONS = {"sum.dim_IntList": "sum", "mean.dim": "mean", "amax": "max", "amin": "min"}
-_FULL_REDUCTIONS = {"sum": "sum", "mean": "mean", "sum.dim_IntList": "sum", "mean.dim": "mean"}
-_ALIASES = {"detach", "view", "_unsafe_view", "reshape", "expand", "clone"}
-_INIT = {"sum": "0.0", "mean": "0.0", "max": "-math.inf", "min": "math.inf"}
-_STEP = {"sum": "radd", "mean": "radd", "max": "rmax", "min": "rmin"}
+# per reduction kind (symgrad.rules.facts): an accumulator's start and its step
+_INIT = {"sum": "0.0", "mean": "0.0", "amax": "-math.inf", "amin": "math.inf"}
+_STEP = {"sum": "radd", "mean": "radd", "amax": "rmax", "amin": "rmin"}
+
+
+def _full_reduction(op: str) -> str | None:
+    """``"sum"`` or ``"mean"`` for a sum or mean (over all dims, or to a scalar over its dims), else None."""
+    kind = op_facts.reduction_kind(op)
+    return kind if kind in ("sum", "mean") else None
+
+
+def _row_reduction(op: str) -> str | None:
+    """The kind of a reduction over a ``dim`` argument (a row reduction when that is the last dim)."""
+    return op_facts.reduction_kind(op) if op_facts.reduces_over_dim(op) else None
+
+
+def _alias(op: str) -> bool:
+    """An op whose output is its input's values (reshaped, broadcast, copied): no statement of its own."""
+    return op_facts.has(op, "same_values")
 
 
 class _Unsupported(Exception):
@@ -194,7 +209,7 @@ class _RowKernel:
                 if o in outputs:
                     raise _Unsupported
                 step = ("row", n)
-            elif n.op in _FULL_REDUCTIONS and o.shape == ():
+            elif _full_reduction(n.op) and o.shape == ():
                 if n.args[-1] is not None or kinds[0] not in (R, V):
                     raise _Unsupported
                 self.kind[o] = S
@@ -204,15 +219,14 @@ class _RowKernel:
                     open_seg.reductions.append(n)
                     continue
                 step = ("total", n)
-            elif n.op in ("sum.dim_IntList", "mean.dim") and kinds == [H]:
+            elif _full_reduction(n.op) and _row_reduction(n.op) and kinds == [H]:
                 # a one-hot row sums to its one value (zeros add exactly; that value is never -0.0)
                 if not _over_columns(n) or n.args[-1] is not None or self._shape_kind(o) != R:
                     raise _Unsupported
                 self.kind[o] = R
                 step = ("row", n)
-            elif n.op in _ROW_REDUCTIONS:
-                if kinds != [V] or not _over_columns(n) or (n.op in ("sum.dim_IntList", "mean.dim")
-                                                           and n.args[-1] is not None):
+            elif _row_reduction(n.op):
+                if kinds != [V] or not _over_columns(n) or (_full_reduction(n.op) and n.args[-1] is not None):
                     raise _Unsupported
                 self.kind[o] = R
                 if self._shape_kind(o) != R:
@@ -222,7 +236,7 @@ class _RowKernel:
                 pending.add(o)
                 continue
             else:
-                ok = n.is_elementwise or n.op in ("where.self", "index.Tensor", "_to_copy") or n.op in _ALIASES
+                ok = n.is_elementwise or n.op in ("where.self", "index.Tensor", "_to_copy") or _alias(n.op)
                 if not ok or H in kinds and not self._merges_onehot(n, o, outputs):
                     raise _Unsupported
                 k = self._shape_kind(o)
@@ -235,17 +249,17 @@ class _RowKernel:
                         self.gathered.add(x)          # read from its row buffer, after its loop
                         if self.seg_of[x] is open_seg:
                             close()
-                elif n.op in ("view", "_unsafe_view", "reshape") and kinds[0] != k:
+                elif _alias(n.op) and not op_facts.has(n.op, "broadcast") and kinds[0] != k:
                     raise _Unsupported   # a view changing what a row holds
-                elif n.op == "expand" and kinds[0] == R and ins[0].shape != (self.rows, 1) and k == V:
+                elif op_facts.has(n.op, "broadcast") and kinds[0] == R and ins[0].shape != (self.rows, 1) and k == V:
                     raise _Unsupported   # (rows,) broadcast along the last dim: not per row
                 for v, kv in zip(ins, kinds):
-                    if k == V and kv == R and v.shape != (self.rows, 1) and n.op != "expand":
+                    if k == V and kv == R and v.shape != (self.rows, 1) and not op_facts.has(n.op, "broadcast"):
                         raise _Unsupported   # (rows,) against (rows, cols) pairs by column
-                    if k == R and kv == R and n.op not in _ALIASES and v.shape != o.shape:
+                    if k == R and kv == R and not _alias(n.op) and v.shape != o.shape:
                         raise _Unsupported
                 self.kind[o] = k
-                if k == V and n.op in _ALIASES and kinds[0] != V:
+                if k == V and _alias(n.op) and kinds[0] != V:
                     self.seg_of[o] = None   # a row value broadcast along the row: an alias, no loop
                     step = ("row", n)
                 elif k == V:
@@ -371,7 +385,7 @@ class _RowKernel:
         computed = [v for v in outputs if v.producer is not None]
         out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in computed if self.kind[v] in (R, V)}
         totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
-                  if n.op in _FULL_REDUCTIONS and n.outputs[0].shape == ()}
+                  if _full_reduction(n.op) and n.outputs[0].shape == ()}
         body: list[str] = []
         pre: list[str] = []
         index_vars: dict[Value, str] = {}
@@ -399,7 +413,7 @@ class _RowKernel:
             """Scalar nodes computed once (before or after the rows), as statements of the kernel."""
             for n in nodes:
                 o = n.outputs[0]
-                if n.op in _ALIASES:
+                if _alias(n.op):
                     local[o.name] = local[n.inputs[0].name]
                     continue
                 lines.append(f"    {comment(n)}")
@@ -410,7 +424,7 @@ class _RowKernel:
             if kind == "row":
                 n = item
                 o = n.outputs[0]
-                if n.op in _ALIASES:      # a view or broadcast of a row value: the same local
+                if _alias(n.op):      # a view or broadcast of a row value: the same local
                     local[o.name] = local[n.inputs[0].name]
                     continue
                 body.append(f"{pad}{comment(n)}")
@@ -425,9 +439,9 @@ class _RowKernel:
                     src = f"{names[x.name]}[i, {index_vars[idx]}]" if x.producer is None else \
                         f"{later[x]}[{index_vars[idx]}]" if x in later else local[x.name]
                     body.append(f"{pad}{local[o.name]} = {src}")
-                elif n.op in ("sum.dim_IntList", "mean.dim"):   # of a one-hot row: its one value
+                elif _full_reduction(n.op):   # of a one-hot row: its one value
                     h = local[n.inputs[0].name]
-                    body.append(f"{pad}{local[o.name]} = {h + ' / n1' if n.op == 'mean.dim' else h}")
+                    body.append(f"{pad}{local[o.name]} = {h + ' / n1' if _full_reduction(n.op) == 'mean' else h}")
                 else:
                     body.append(f"{pad}{local[o.name]} = {code_of(n)}")
                 continue
@@ -440,7 +454,7 @@ class _RowKernel:
             inner = pad + "    "
             accs = []
             for r in seg.reductions:
-                how = _ROW_REDUCTIONS.get(r.op, "sum") if r.outputs[0].shape != () else "sum"
+                how = _row_reduction(r.op) or "sum" if r.outputs[0].shape != () else "sum"
                 acc = f"acc_{names[r.outputs[0].name].rstrip('_')}"
                 accs.append((r, acc, how))
                 body.append(f"{pad}{acc} = {_INIT[how]}")
@@ -464,7 +478,7 @@ class _RowKernel:
                     local[self.fixups[n].name] = "0.0"   # zero off the row's index; merged after the loop
                 lhs = f"{names[o.name]}"
                 local[o.name] = lhs
-                body.append(f"{inner}{lhs} = {code_of(n) if n.op not in _ALIASES else local[n.inputs[0].name]}")
+                body.append(f"{inner}{lhs} = {code_of(n) if not _alias(n.op) else local[n.inputs[0].name]}")
                 if o in out_params:
                     body.append(f"{inner}{out_params[o]}[i, j] = {lhs}")
                 if o in later:
@@ -497,7 +511,7 @@ class _RowKernel:
             o = n.outputs[0]
             if o in totals:
                 count = ("n0 * n1" if self.kind[n.inputs[0]] == V else "n0") \
-                    if _FULL_REDUCTIONS[n.op] == "mean" else None
+                    if _full_reduction(n.op) == "mean" else None
                 local[o.name] = names[o.name]
                 after.append(f"    {local[o.name]} = {totals[o] + ' / (' + count + ')' if count else totals[o]}")
         scalar_steps(self.post, after)

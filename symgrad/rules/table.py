@@ -29,7 +29,20 @@ from . import vocab
 
 TABLE_PATH = Path(__file__).resolve().parent / "derivatives.yaml"
 
-RESERVED_KEYS = {"name", "elementwise", "node", "output_differentiability"}
+RESERVED_KEYS = {"name", "elementwise", "node", "output_differentiability", "tags"}
+
+# The op facts an entry may declare under ``tags:`` (read through :mod:`symgrad.rules.facts`).
+TAGS = {
+    "view": "the output may share input 0's memory (a numpy view of it)",
+    "fresh_result": "the output is always a new array, never a view of an input",
+    "same_values": "the output holds input 0's values in order, reshaped, broadcast or copied: no arithmetic",
+    "broadcast": "the output is input 0 broadcast to the output's shape",
+    "recomputable": "cheap to compute again (no arithmetic): the backward may redo it instead of saving it",
+    "reduce_sum": "the output sums input 0 over all dims, or over its `dim` argument",
+    "reduce_mean": "the output is the mean of input 0 over all dims, or over its `dim` argument",
+    "reduce_amax": "the output is the maximum of input 0 over all dims, or over its `dim` argument",
+    "reduce_amin": "the output is the minimum of input 0 over all dims, or over its `dim` argument",
+}
 METADATA_FUNCS = ("shape", "numel", "dtype")
 
 
@@ -126,6 +139,7 @@ class Rule:
     non_differentiable: tuple[str, ...]
     output_differentiability: tuple[bool, ...]
     saved: dict[str, str] = field(default_factory=dict)  # saved name -> kind (tensor/value/meta)
+    tags: frozenset[str] = frozenset()   # op facts (TAGS)
     _parse_elementwise: Any = field(default=None, repr=False, compare=False)
     _elementwise: Any = field(default=None, repr=False, compare=False)
 
@@ -362,10 +376,25 @@ def _build_rule(entry: dict, line: int, counters: dict[str, int], functions=froz
             else:
                 saved[p] = "value"
     rule = Rule(schema, line, node_name, elementwise_text, formulas, tuple(non_diff), tuple(out_diff), saved,
-                parse_elementwise)
+                tags=_parse_tags(entry.get("tags"), where), _parse_elementwise=parse_elementwise)
     if not lazy and parse_elementwise is not None:
         rule.elementwise  # noqa: B018 - parse now so that errors point at the entry at load time
     return rule
+
+
+def _parse_tags(value, where: str) -> frozenset[str]:
+    """The ``tags:`` of an entry: a list of names from :data:`TAGS`, at most one ``reduce_*``."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise RuleTableError(f"{where}: tags must be a list of names, got {value!r}")
+    for t in value:
+        if t not in TAGS:
+            raise RuleTableError(f"{where}: unknown tag {t!r} (tags: {', '.join(TAGS)})")
+    reductions = [t for t in value if t.startswith("reduce_")]
+    if len(reductions) > 1:
+        raise RuleTableError(f"{where}: at most one reduce_* tag, got {', '.join(reductions)}")
+    return frozenset(value)
 
 
 try:  # sympy raises tokenize errors for some malformed formulas
