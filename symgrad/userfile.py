@@ -215,7 +215,7 @@ def build_inputs(fn, arg_texts: list[str], wrt: str | None = None, seed: int = 0
                 raise UserError(f"--wrt {p.name}: only floating-point inputs have gradients "
                                 f"({p.name} is {value.dtype.name})")
             if needs:
-                value = Tensor._wrap(np.ascontiguousarray(value)).requires_grad_(True)
+                value = Tensor._wrap(np.asarray(value, order="C")).requires_grad_(True)  # 0-d stays 0-d
                 grads.append(p.name)
         args.append(value)
         names.append(p.name)

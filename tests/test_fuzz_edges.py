@@ -248,8 +248,9 @@ def _unary_rule_ops():
     ops = []
     for key, rule in load_rules().items():
         args = rule.schema.args
+        # the unary ops of floating-point tensors (logical and bitwise not take bools and integers)
         if len(args) == 1 and "Tensor" in str(args[0].type) and not key.endswith("_") \
-                and key.split(".")[0] not in ("logical_not",):
+                and key.split(".")[0] not in ("logical_not", "bitwise_not"):
             ops.append(key)
     return sorted(ops)
 

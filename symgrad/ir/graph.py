@@ -114,7 +114,9 @@ class Node:
     def expr(self) -> sympy.Expr | None:
         if self._rule is not None:
             rule, self._rule = self._rule, None
-            subs = {sympy.Symbol(spec.name): a.symbol if isinstance(a, Value) else sympy.sympify(a)
+            # a Python bool operand is the number 0 or 1 (sympy would make it a logical constant)
+            subs = {sympy.Symbol(spec.name): a.symbol if isinstance(a, Value) else
+                    sympy.sympify(int(a) if isinstance(a, (bool, np.bool_)) else a)
                     for a, spec in zip(self.args, rule.schema.args)}
             self._expr = substitute(rule.elementwise, subs)
         return self._expr

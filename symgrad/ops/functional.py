@@ -441,6 +441,8 @@ def _prod_dim_fwd(self, dim, keepdim=False, dtype=None):
 
 @forward("max.dim")
 def _max_dim_fwd(self, dim, keepdim=False):
+    if self.ndim == 0:  # dim 0 of one value: the value, at index 0
+        return self.copy(), np.zeros((), np.int64)
     idx = np.argmax(self, axis=dim, keepdims=True)
     vals = np.take_along_axis(self, idx, axis=dim)
     if not keepdim:
@@ -450,6 +452,8 @@ def _max_dim_fwd(self, dim, keepdim=False):
 
 @forward("min.dim")
 def _min_dim_fwd(self, dim, keepdim=False):
+    if self.ndim == 0:  # dim 0 of one value: the value, at index 0
+        return self.copy(), np.zeros((), np.int64)
     idx = np.argmin(self, axis=dim, keepdims=True)
     vals = np.take_along_axis(self, idx, axis=dim)
     if not keepdim:
@@ -506,12 +510,16 @@ def _logsumexp_fwd(self, dim, keepdim=False):
 
 @forward("_softmax", float_only=True)
 def _softmax_fwd(self, dim, half_to_float=False):
+    if self.ndim == 0 or self.size == 0:   # one value (softmax 1) or nothing
+        return np.ones_like(self)
     e = np.exp(self - np.amax(self, axis=dim, keepdims=True))
     return e / np.sum(e, axis=dim, keepdims=True)
 
 
 @forward("_log_softmax", float_only=True)
 def _log_softmax_fwd(self, dim, half_to_float=False):
+    if self.ndim == 0 or self.size == 0:
+        return np.zeros_like(self)
     shifted = self - np.amax(self, axis=dim, keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
 
@@ -1007,7 +1015,7 @@ def var_backward(grad: Tensor, self: Tensor, dim, correction, keepdim) -> Tensor
         n *= self.shape[a]
     c = 1 if correction is None else correction
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
-    return g * (2.0 / builtins.max(n - c, 0)) * (self - mean(self, axes, keepdim=True))
+    return g * (np.float64(2.0) / builtins.max(n - c, 0)) * (self - mean(self, axes, keepdim=True))
 
 
 def amax_backward(grad: Tensor, self: Tensor, result: Tensor, dim, keepdim) -> Tensor:
@@ -1028,6 +1036,8 @@ def amax_backward_all(grad: Tensor, self: Tensor, result: Tensor) -> Tensor:
 
 def index_reduction_backward(grad: Tensor, indices, shape, dim, keepdim) -> Tensor:
     """Gradient of max/min along a dim: all of it to the returned index."""
+    if len(shape) == 0:
+        return grad * 1.0
     idx = indices if isinstance(indices, Tensor) else Tensor._wrap(np.asarray(indices))
     idx = _unsqueeze_dims(idx, tuple(shape), dim, keepdim)
     positions = np.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))])

@@ -56,8 +56,9 @@ def normalize_dims(dim, ndim: int) -> tuple[int, ...]:
         if not -bound <= d < bound:
             raise IndexError(f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
                              f"but got {d})")
-        out.append(d % bound if ndim else 0)
-    return tuple(sorted(set(out)))
+        out.append(d % bound)
+    # a 0-d tensor accepts dim 0 and -1, as in PyTorch: a reduction over no axis at all
+    return tuple(sorted(set(out))) if ndim else ()
 
 
 def _np_sum_backward(grad, shape, dim, keepdim):
@@ -98,6 +99,8 @@ def _np_unbind_backward(grads, shape, dim):
 
 def _exclusive_prod(x, axis):
     """Product of all other elements along ``axis`` (exact with zeros, no division)."""
+    if x.shape[axis] == 0:
+        return np.ones_like(x)
     ones = np.ones_like(np.take(x, [0], axis=axis))
     left = np.cumprod(np.concatenate([ones, np.take(x, np.arange(x.shape[axis] - 1), axis=axis)], axis), axis)
     flipped = np.flip(x, axis)
@@ -120,6 +123,8 @@ def _np_prod_backward(grad, self, dim, keepdim):
 
 
 def _np_index_reduction_backward(grad, indices, shape, dim, keepdim):
+    if len(shape) == 0:  # max/min over dim 0 of one value: all of the gradient to it
+        return np.array(grad, copy=True).reshape(())
     if not keepdim:
         grad = np.expand_dims(grad, dim)
         indices = np.expand_dims(indices, dim)
@@ -147,7 +152,8 @@ def _np_var_backward(grad, self, dim, correction, keepdim):
     if not keepdim and self.ndim:
         grad = np.expand_dims(grad, axes)
     mean = self.mean(axis=axes, keepdims=True)
-    return grad * (2.0 / max(n - c, 0)) * (self - mean)
+    # numpy's division: with no degrees of freedom left the gradient is nan (inf * 0), as PyTorch's
+    return grad * (np.float64(2.0) / max(n - c, 0)) * (self - mean)
 
 
 def _np_cat_backward(grad, dim, shapes):
