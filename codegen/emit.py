@@ -22,6 +22,7 @@ def forward(x):
 from __future__ import annotations
 
 import keyword
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,7 +89,7 @@ def emit_numpy(graph: Graph, name: str) -> Emitted:
 
     for n in graph.nodes:
         if n.expr is not None and not isinstance(n.expr, sympy.logic.boolalg.BooleanAtom) and \
-                n.op not in ("constant", "detach"):
+                n.op not in LOWERINGS:
             lines.append(f"    # {node_comment(n)}")
             target = ", ".join(names[o.name] for o in n.outputs)
             src = printer.doprint(n.expr)
@@ -114,26 +115,51 @@ def node_comment(n) -> str:
     return f"{outs} = {n.op}({', '.join(_arg_text(a) for a in n.args)})"
 
 
+# Statements of the nodes that are not a call of their op's numpy forward, by op:
+# ``lower(node, target, label, names, ns) -> lines``.
+LOWERINGS: dict[str, Callable] = {}
+
+
+def lowering(*ops: str):
+    """Register the glue statements of ``ops`` (decorator)."""
+    def deco(fn):
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+@lowering("constant")
+def _constant(n, target: str, label: str, names: dict, ns: dict) -> list[str]:
+    ns[f"const_{label}"] = n.data
+    return [f"    {target} = const_{label}"]
+
+
+@lowering("detach")
+def _detach(n, target: str, label: str, names: dict, ns: dict) -> list[str]:
+    return [f"    {target} = {names[n.args[0].name]}"]
+
+
+def _forward_call(n, target: str, label: str, names: dict, ns: dict, seq: bool) -> list[str]:
+    """A call of the op's numpy forward, cast where numpy's dtype differs from the IR's."""
+    key = "op_" + _ident(n.op).rstrip("_")
+    ns[key] = opinfo.numpy_forward(n.op)
+    ns.setdefault("__ops__", {})[key] = n.op  # lets codegen.jit write `op_x = _op("x").forward`
+    call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
+    lines = [f"    {target} = {call if seq else f'asarray({call})'}"]
+    _cast_line(lines, n, names, None)
+    return lines
+
+
 def node_statements(n, names: dict, ns: dict) -> list[str]:
-    """Glue statements for a node run by its op's numpy forward (constants and detach included)."""
-    lines = [f"    # {node_comment(n)}"]
+    """Glue statements for a node run by its op's numpy forward (or by its :data:`LOWERINGS`)."""
+    lower = LOWERINGS.get(n.op)
     # unbind over a dim of size 1 has one output, still returned in a sequence
-    seq = len(n.outputs) > 1 or (n.op not in ("constant", "detach") and opinfo.returns_sequence(n.op))
+    seq = len(n.outputs) > 1 or (lower is None and opinfo.returns_sequence(n.op))
     target = ", ".join(names[o.name] for o in n.outputs) + ("," if seq else "")
     label = names[n.outputs[0].name]
-    if n.op == "constant":
-        ns[f"const_{label}"] = n.data
-        lines.append(f"    {target} = const_{label}")
-    elif n.op == "detach":
-        lines.append(f"    {target} = {names[n.args[0].name]}")
-    else:
-        key = "op_" + _ident(n.op).rstrip("_")
-        ns[key] = opinfo.numpy_forward(n.op)
-        ns.setdefault("__ops__", {})[key] = n.op  # lets codegen.jit write `op_x = _op("x").forward`
-        call = f"{key}({', '.join(arg_source(a, label, names, ns) for a in n.args)})"
-        lines.append(f"    {target} = {call if seq else f'asarray({call})'}")
-        _cast_line(lines, n, names, None)
-    return lines
+    body = lower(n, target, label, names, ns) if lower is not None else _forward_call(n, target, label, names, ns, seq)
+    return [f"    # {node_comment(n)}"] + body
 
 
 def arg_source(a, label: str, names: dict, ns: dict) -> str:

@@ -36,6 +36,8 @@ kernel, and adds the chunks' partial sums in chunk order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import sympy
 
@@ -81,6 +83,34 @@ def _alias(op: str) -> bool:
 
 class _Unsupported(Exception):
     """The graph has something a row kernel does not do."""
+
+
+# The scalar statement of a non-elementwise op computed per element: ``code(node, local, printer, constants)``
+# (``local``: value name -> the kernel's name for it; ``constants``: what lift_constants collects).
+_SCALAR_CODE: dict[str, Callable] = {}
+
+
+def _scalar_code(op: str):
+    def deco(fn):
+        _SCALAR_CODE[op] = fn
+        return fn
+    return deco
+
+
+@_scalar_code("_to_copy")
+def _to_copy_code(n, local: dict, printer, constants: list) -> str:
+    target = n.outputs[0].dtype.np
+    if target not in (np.float64, np.float32):
+        raise _Unsupported
+    return f"np.{np.dtype(target).name}({local[n.inputs[0].name]})"
+
+
+@_scalar_code("where.self")
+def _where_code(n, local: dict, printer, constants: list) -> str:
+    c, a, b = (printer.doprint(lift_constants(sympy.sympify(x) if not isinstance(x, Value)
+                                              else sympy.Symbol(x.name), constants))
+               for x in n.args[:3])
+    return f"where({c}, {a}, {b})"
 
 
 class _Segment:
@@ -236,7 +266,7 @@ class _RowKernel:
                 pending.add(o)
                 continue
             else:
-                ok = n.is_elementwise or n.op in ("where.self", "index.Tensor", "_to_copy") or _alias(n.op)
+                ok = n.is_elementwise or n.op in _SCALAR_CODE or n.op == "index.Tensor" or _alias(n.op)
                 if not ok or H in kinds and not self._merges_onehot(n, o, outputs):
                     raise _Unsupported
                 k = self._shape_kind(o)
@@ -360,16 +390,9 @@ class _RowKernel:
 
         def code_of(n) -> str:
             printer.suffix = compute_suffix(n)
-            if n.op == "_to_copy":
-                target = n.outputs[0].dtype.np
-                if target not in (np.float64, np.float32):
-                    raise _Unsupported
-                return f"np.{np.dtype(target).name}({local[n.inputs[0].name]})"
-            if n.op == "where.self":
-                c, a, b = (printer.doprint(lift_constants(sympy.sympify(x) if not isinstance(x, Value)
-                                                           else sympy.Symbol(x.name), constants))
-                           for x in n.args[:3])
-                return f"where({c}, {a}, {b})"
+            lower = _SCALAR_CODE.get(n.op)
+            if lower is not None:
+                return lower(n, local, printer, constants)
             return printer.doprint(lift_constants(n.expr, constants))
 
         def comment(n) -> str:
