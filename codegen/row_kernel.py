@@ -61,6 +61,7 @@ from .kernel_common import (
 S, R, V, H = "scalar", "row", "vector", "one-hot"   # value kinds (H: index_put_add of one value per row)
 
 # per reduction kind (symgrad.rules.facts): an accumulator's start and its step
+_PAD = "        "   # a statement in the loop over rows
 _INIT = {"sum": "0.0", "mean": "0.0", "amax": "-math.inf", "amin": "math.inf"}
 _STEP = {"sum": "radd", "mean": "radd", "amax": "rmax", "amin": "rmin"}
 
@@ -370,16 +371,40 @@ class _RowKernel:
 
     # --- code ---------------------------------------------------------------------------------
     def emit(self):
+        """The kernels and glue, in named steps; each step appends the lines it writes, in order
+        (constants get their names ``k0, k1, ...`` in the order statements are printed)."""
         self.plan()
+        self._name_values()
+        body = self._row_input_lines()
+        pre: list[str] = []
+        self._scalar_steps(self.pre, pre)
+        for kind, item in self.steps:
+            if kind == "row":
+                self._row_step(item, body)
+            elif kind == "total":
+                self._total_step(item, body)
+            else:
+                self._loop_step(item, body)
+        body += self._row_output_lines()
+        after = self._after_rows_lines()
+        kernels, results = self._kernels(body, pre, after)
+        ns = scalar_namespace()
+        ns.update({"np": np})
+        imports = vector_imports("from codegen.scalar_math import rmax, rmin", self.vector_import)
+        return NumbaEmitted(self.name, "\n".join(self._glue(results)), kernels, ns, imports, "vector")
+
+    def _name_values(self) -> None:
+        """The kernel's names: of values (``local``, updated as statements are written), row buffers
+        (``later``), output parameters, sums over rows and column indices."""
         g, names = self.graph, self.names
-        local = {v.name: names[v.name] for v in g.placeholders}
+        self.local = local = {v.name: names[v.name] for v in g.placeholders}
         for n in self.nodes:
             local[n.outputs[0].name] = names[n.outputs[0].name]
-        constants: list = []
-        printer = KernelPrinter(local, self.vector)
+        self.constants: list = []
+        self.printer = KernelPrinter(local, self.vector)
         outputs = [v for v in g.outputs if v is not None]
         # row vectors a later loop reads: kept in a row buffer
-        later = {}
+        self.later = later = {}
         for seg in self.segments:
             for n in seg.nodes + seg.reductions:
                 for v in n.inputs:
@@ -387,162 +412,186 @@ class _RowKernel:
                         later[v] = f"row_{names[v.name]}"
         for v in self.gathered:
             later[v] = f"row_{names[v.name]}"
+        self.params = [names[v.name] for v in g.placeholders]
+        self.computed = [v for v in outputs if v.producer is not None]
+        self.out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in self.computed if self.kind[v] in (R, V)}
+        self.totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
+                       if _full_reduction(n.op) and n.outputs[0].shape == ()}
+        self.index_vars: dict[Value, str] = {}
 
-        def code_of(n) -> str:
-            printer.suffix = compute_suffix(n)
-            lower = _SCALAR_CODE.get(n.op)
-            if lower is not None:
-                return lower(n, local, printer, constants)
-            return printer.doprint(lift_constants(n.expr, constants))
+    def _code_of(self, n) -> str:
+        self.printer.suffix = compute_suffix(n)
+        lower = _SCALAR_CODE.get(n.op)
+        if lower is not None:
+            return lower(n, self.local, self.printer, self.constants)
+        return self.printer.doprint(lift_constants(n.expr, self.constants))
 
-        def comment(n) -> str:
-            # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
-            o = n.outputs[0]
-            short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
-            dims = {V: "n0, n1", R: "n0" if len(o.shape) == 1 else "n0, 1", S: ""}.get(self.kind.get(o), "n0, n1")
-            args = ", ".join("(arange(n0), …)" if isinstance(a, IndexRef) else generic_arg(a, constants, "")
-                             for a in n.args)
-            return f"# %{o.name}: {short}[{dims}] = {n.op}({args})"
+    def _comment(self, n) -> str:
+        # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
+        o = n.outputs[0]
+        short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
+        dims = {V: "n0, n1", R: "n0" if len(o.shape) == 1 else "n0, 1", S: ""}.get(self.kind.get(o), "n0, n1")
+        args = ", ".join("(arange(n0), …)" if isinstance(a, IndexRef) else generic_arg(a, self.constants, "")
+                         for a in n.args)
+        return f"# %{o.name}: {short}[{dims}] = {n.op}({args})"
 
-        params = [names[v.name] for v in g.placeholders]
-        computed = [v for v in outputs if v.producer is not None]
-        out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in computed if self.kind[v] in (R, V)}
-        totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
-                  if _full_reduction(n.op) and n.outputs[0].shape == ()}
-        body: list[str] = []
-        pre: list[str] = []
-        index_vars: dict[Value, str] = {}
-        row_reads = {v for v in g.placeholders if self.kind[v] == R}
+    def _index_lines(self, idx: Value, pad: str) -> list[str]:
+        """A row's column index ``col_<idx>``, checked (once per row and index value)."""
+        if idx in self.index_vars:
+            return []
+        var = self.index_vars[idx] = f"col_{self.names[idx.name].rstrip('_')}"
+        read = self.local[idx.name]
+        return [f"{pad}{var} = {read}",
+                f"{pad}if {var} < 0:",
+                f"{pad}    {var} += n1",
+                f"{pad}if {var} < 0 or {var} >= n1:  # numpy raises IndexError: the glue does",
+                f"{pad}    bad_row = i",
+                f"{pad}    bad_index = {read}",
+                f"{pad}    {var} = 0"]
 
-        def index_lines(idx: Value, pad: str) -> list[str]:
-            if idx in index_vars:
-                return []
-            var = index_vars[idx] = f"col_{names[idx.name].rstrip('_')}"
-            return [f"{pad}{var} = {local[idx.name]}",
-                    f"{pad}if {var} < 0:",
-                    f"{pad}    {var} += n1",
-                    f"{pad}if {var} < 0 or {var} >= n1:  # numpy raises IndexError: the glue does",
-                    f"{pad}    bad_row = i",
-                    f"{pad}    bad_index = {local[idx.name]}",
-                    f"{pad}    {var} = 0"]
-
-        pad = "        "
-        for v in sorted(row_reads, key=lambda v: g.placeholders.index(v)):
+    def _row_input_lines(self) -> list[str]:
+        """Each row's one number of the ``(rows,)`` / ``(rows, 1)`` inputs."""
+        g, names, lines = self.graph, self.names, []
+        for v in sorted((v for v in g.placeholders if self.kind[v] == R), key=lambda v: g.placeholders.index(v)):
             read = f"{names[v.name]}[i, 0]" if len(v.shape) == 2 else f"{names[v.name]}[i]"
-            local[v.name] = f"{names[v.name].rstrip('_')}_in"
-            body.append(f"{pad}{local[v.name]} = {read}")
+            self.local[v.name] = f"{names[v.name].rstrip('_')}_in"
+            lines.append(f"{_PAD}{self.local[v.name]} = {read}")
+        return lines
 
-        def scalar_steps(nodes: list, lines: list[str]) -> None:
-            """Scalar nodes computed once (before or after the rows), as statements of the kernel."""
-            for n in nodes:
-                o = n.outputs[0]
-                if _alias(n.op):
-                    local[o.name] = local[n.inputs[0].name]
-                    continue
-                lines.append(f"    {comment(n)}")
-                lines.append(f"    {local[o.name]} = {code_of(n)}")
+    def _scalar_steps(self, nodes: list, lines: list[str]) -> None:
+        """Scalar nodes computed once (before or after the rows), as statements of the kernel."""
+        for n in nodes:
+            o = n.outputs[0]
+            if _alias(n.op):
+                self.local[o.name] = self.local[n.inputs[0].name]
+                continue
+            lines.append(f"    {self._comment(n)}")
+            lines.append(f"    {self.local[o.name]} = {self._code_of(n)}")
 
-        scalar_steps(self.pre, pre)
-        for kind, item in self.steps:
-            if kind == "row":
-                n = item
-                o = n.outputs[0]
-                if _alias(n.op):      # a view or broadcast of a row value: the same local
-                    local[o.name] = local[n.inputs[0].name]
-                    continue
-                body.append(f"{pad}{comment(n)}")
-                if n.op == "index_put_add":
-                    idx, val = self.onehot[o]
-                    body += index_lines(idx, pad)
-                    body.append(f"{pad}{local[o.name]} = 0.0 + {local[val.name]}  # its value at the row's index")
-                elif n.op == "index.Tensor":
-                    idx = self._index_of(n.args[1])
-                    body += index_lines(idx, pad)
-                    x = n.args[0]
-                    src = f"{names[x.name]}[i, {index_vars[idx]}]" if x.producer is None else \
-                        f"{later[x]}[{index_vars[idx]}]" if x in later else local[x.name]
-                    body.append(f"{pad}{local[o.name]} = {src}")
-                elif _full_reduction(n.op):   # of a one-hot row: its one value
-                    h = local[n.inputs[0].name]
-                    body.append(f"{pad}{local[o.name]} = {h + ' / n1' if _full_reduction(n.op) == 'mean' else h}")
-                else:
-                    body.append(f"{pad}{local[o.name]} = {code_of(n)}")
+    def _row_step(self, n, body: list[str]) -> None:
+        """A node computed once per row (one number of it)."""
+        o = n.outputs[0]
+        if _alias(n.op):      # a view or broadcast of a row value: the same local
+            self.local[o.name] = self.local[n.inputs[0].name]
+            return
+        body.append(f"{_PAD}{self._comment(n)}")
+        step = _ROW_STEPS.get(n.op)
+        if step is None and _full_reduction(n.op):
+            step = _RowKernel._onehot_sum_step
+        if step is not None:
+            step(self, n, body)
+        else:
+            body.append(f"{_PAD}{self.local[o.name]} = {self._code_of(n)}")
+
+    def _onehot_step(self, n, body: list[str]) -> None:
+        idx, val = self.onehot[n.outputs[0]]
+        body += self._index_lines(idx, _PAD)
+        value = f"0.0 + {self.local[val.name]}  # its value at the row's index"
+        body.append(f"{_PAD}{self.local[n.outputs[0].name]} = {value}")
+
+    def _gather_step(self, n, body: list[str]) -> None:
+        idx = self._index_of(n.args[1])
+        body += self._index_lines(idx, _PAD)
+        x, names, later = n.args[0], self.names, self.later
+        src = f"{names[x.name]}[i, {self.index_vars[idx]}]" if x.producer is None else \
+            f"{later[x]}[{self.index_vars[idx]}]" if x in later else self.local[x.name]
+        body.append(f"{_PAD}{self.local[n.outputs[0].name]} = {src}")
+
+    def _onehot_sum_step(self, n, body: list[str]) -> None:
+        # of a one-hot row: its one value
+        h = self.local[n.inputs[0].name]
+        body.append(f"{_PAD}{self.local[n.outputs[0].name]} = {h + ' / n1' if _full_reduction(n.op) == 'mean' else h}")
+
+    def _total_step(self, n, body: list[str]) -> None:
+        """A row value added to a sum over rows."""
+        body.append(f"{_PAD}{self._comment(n)}")
+        body.append(f"{_PAD}{self.totals[n.outputs[0]]} += {self.local[n.inputs[0].name]}")
+
+    def _loop_step(self, seg: _Segment, body: list[str]) -> None:
+        """An inner loop over the row's columns, and its reductions."""
+        names, local, later, out_params = self.names, self.local, self.later, self.out_params
+        pad, inner = _PAD, _PAD + "    "
+        accs = []
+        for r in seg.reductions:
+            how = _row_reduction(r.op) or "sum" if r.outputs[0].shape != () else "sum"
+            acc = f"acc_{names[r.outputs[0].name].rstrip('_')}"
+            accs.append((r, acc, how))
+            body.append(f"{pad}{acc} = {_INIT[how]}")
+        body.append(f"{pad}for j in range(n1):")
+        reads = []
+        for n in seg.nodes + seg.reductions:
+            for v in n.inputs:
+                if self.kind.get(v) == V and v.producer is None and v not in reads:
+                    reads.append(v)
+        for v in reads:
+            local[v.name] = f"{names[v.name].rstrip('_')}_ij"
+            body.append(f"{inner}{local[v.name]} = {names[v.name]}[i, j]")
+        for v, buf in later.items():
+            if self.seg_of.get(v) is not seg and any(v in n.inputs for n in seg.nodes + seg.reductions):
+                local[v.name] = f"{names[v.name].rstrip('_')}_j"
+                body.append(f"{inner}{local[v.name]} = {buf}[j]")
+        for n in seg.nodes:
+            o = n.outputs[0]
+            body.append(f"{inner}{self._comment(n)}")
+            if n in self.fixups:
+                local[self.fixups[n].name] = "0.0"   # zero off the row's index; merged after the loop
+            lhs = f"{names[o.name]}"
+            local[o.name] = lhs
+            body.append(f"{inner}{lhs} = {self._code_of(n) if not _alias(n.op) else local[n.inputs[0].name]}")
+            if o in out_params:
+                body.append(f"{inner}{out_params[o]}[i, j] = {lhs}")
+            if o in later:
+                body.append(f"{inner}{later[o]}[j] = {lhs}")
+        for r, acc, how in accs:
+            body.append(f"{inner}{acc} = {_STEP[how]}({acc}, {local[r.inputs[0].name]})")
+        for r, acc, how in accs:
+            o = r.outputs[0]
+            if o.shape == ():
+                body.append(f"{pad}{self.totals[o]} += {acc}")
                 continue
-            if kind == "total":
-                n = item
-                body.append(f"{pad}{comment(n)}")
-                body.append(f"{pad}{totals[n.outputs[0]]} += {local[n.inputs[0].name]}")
-                continue
-            seg = item
-            inner = pad + "    "
-            accs = []
-            for r in seg.reductions:
-                how = _row_reduction(r.op) or "sum" if r.outputs[0].shape != () else "sum"
-                acc = f"acc_{names[r.outputs[0].name].rstrip('_')}"
-                accs.append((r, acc, how))
-                body.append(f"{pad}{acc} = {_INIT[how]}")
-            body.append(f"{pad}for j in range(n1):")
-            reads = []
-            for n in seg.nodes + seg.reductions:
-                for v in n.inputs:
-                    if self.kind.get(v) == V and v.producer is None and v not in reads:
-                        reads.append(v)
-            for v in reads:
-                local[v.name] = f"{names[v.name].rstrip('_')}_ij"
-                body.append(f"{inner}{local[v.name]} = {names[v.name]}[i, j]")
-            for v, buf in later.items():
-                if self.seg_of.get(v) is not seg and any(v in n.inputs for n in seg.nodes + seg.reductions):
-                    local[v.name] = f"{names[v.name].rstrip('_')}_j"
-                    body.append(f"{inner}{local[v.name]} = {buf}[j]")
-            for n in seg.nodes:
-                o = n.outputs[0]
-                body.append(f"{inner}{comment(n)}")
-                if n in self.fixups:
-                    local[self.fixups[n].name] = "0.0"   # zero off the row's index; merged after the loop
-                lhs = f"{names[o.name]}"
-                local[o.name] = lhs
-                body.append(f"{inner}{lhs} = {code_of(n) if not _alias(n.op) else local[n.inputs[0].name]}")
-                if o in out_params:
-                    body.append(f"{inner}{out_params[o]}[i, j] = {lhs}")
-                if o in later:
-                    body.append(f"{inner}{later[o]}[j] = {lhs}")
-            for r, acc, how in accs:
-                body.append(f"{inner}{acc} = {_STEP[how]}({acc}, {local[r.inputs[0].name]})")
-            for r, acc, how in accs:
-                o = r.outputs[0]
-                if o.shape == ():
-                    body.append(f"{pad}{totals[o]} += {acc}")
-                    continue
-                value = f"{acc} / n1" if how == "mean" else acc
-                local[o.name] = names[o.name]
-                body.append(f"{pad}{names[o.name]} = {value}  # {r.op} of row i")
-            for n, h in self.fixups.items():
-                if n in seg.nodes:
-                    idx, _ = self.onehot[h]
-                    col = index_vars[idx]
-                    body.append(f"{pad}# %{n.outputs[0].name} at the row's index also gets %{h.name}'s one value")
-                    body.append(f"{pad}{out_params[n.outputs[0]]}[i, {col}] = {names[h.name]} + "
-                                f"{out_params[n.outputs[0]]}[i, {col}]")
-        # row scalar outputs
-        for v, out in out_params.items():
+            value = f"{acc} / n1" if how == "mean" else acc
+            local[o.name] = names[o.name]
+            body.append(f"{pad}{names[o.name]} = {value}  # {r.op} of row i")
+        for n, h in self.fixups.items():
+            if n in seg.nodes:
+                idx, _ = self.onehot[h]
+                col = self.index_vars[idx]
+                body.append(f"{pad}# %{n.outputs[0].name} at the row's index also gets %{h.name}'s one value")
+                body.append(f"{pad}{out_params[n.outputs[0]]}[i, {col}] = {names[h.name]} + "
+                            f"{out_params[n.outputs[0]]}[i, {col}]")
+
+    def _row_output_lines(self) -> list[str]:
+        """The row's one number of each ``(rows,)`` / ``(rows, 1)`` output."""
+        lines = []
+        for v, out in self.out_params.items():
             if self.kind[v] == R:
                 at = "[i, 0]" if len(v.shape) == 2 else "[i]"
-                body.append(f"{pad}{out}{at} = {local[v.name]}")
-        # after the rows: the sums over rows, and what is computed from them
+                lines.append(f"{_PAD}{out}{at} = {self.local[v.name]}")
+        return lines
+
+    def _after_rows_lines(self) -> list[str]:
+        """After the rows: the sums over rows, and what is computed from them."""
         after = []
         for n in self.nodes:
             o = n.outputs[0]
-            if o in totals:
+            if o in self.totals:
                 count = ("n0 * n1" if self.kind[n.inputs[0]] == V else "n0") \
                     if _full_reduction(n.op) == "mean" else None
-                local[o.name] = names[o.name]
-                after.append(f"    {local[o.name]} = {totals[o] + ' / (' + count + ')' if count else totals[o]}")
-        scalar_steps(self.post, after)
-        scalar_outs = list(dict.fromkeys(local[v.name] for v in computed if self.kind[v] == S))
-        const_params = [c for c, _ in constants]
-        all_params = params + list(out_params.values()) + ["n0", "n1"] + const_params
+                self.local[o.name] = self.names[o.name]
+                total = self.totals[o]
+                after.append(f"    {self.local[o.name]} = {total + ' / (' + count + ')' if count else total}")
+        self._scalar_steps(self.post, after)
+        return after
+
+    def _kernels(self, body: list[str], pre: list[str], after: list[str]) -> tuple[list[str], list[str]]:
+        """The kernel sources (one serial function, or a chunk function and a parallel wrapper) and the
+        names the kernel returns."""
+        local, totals = self.local, self.totals
+        scalar_outs = list(dict.fromkeys(local[v.name] for v in self.computed if self.kind[v] == S))
+        const_params = [c for c, _ in self.constants]
+        all_params = self.params + list(self.out_params.values()) + ["n0", "n1"] + const_params
         buffers = []
-        for v, buf in sorted(later.items(), key=lambda item: item[1]):
+        for v, buf in sorted(self.later.items(), key=lambda item: item[1]):
             dtype = "" if v.dtype.np == np.float64 else ", np.bool_" if v.dtype.np == np.bool_ else \
                 f", np.{np.dtype(v.dtype.np).name}"
             buffers.append(f"    {buf} = np.empty(n1{dtype})  # one row of a value a later loop reads (stays in L1)")
@@ -555,44 +604,46 @@ class _RowKernel:
                      "    bad_index = 0"] + buffers + [f"    {t} = 0.0" for t in totals.values()] + pre
                     + [f"    for i in {rows}:"] + body)
 
-        results = list(out_params.values()) + scalar_outs + ["bad_row", "bad_index"]
+        results = list(self.out_params.values()) + scalar_outs + ["bad_row", "bad_index"]
         if not self.parallel:
             kernel = "\n".join(rows_function("row_kernel_0", [], "range(n0)") + after
                                + [f"    return ({', '.join(results)},)"])
-            kernels = [decorator(False, self.fastmath, True) + "\n" + kernel]
-        else:
-            # Each chunk of rows runs the serial function: called, not inlined into the parallel loop's
-            # outlined body, it keeps its arrays' noalias promise (inside that body the arrays are loaded
-            # from the gufunc's argument block, LLVM checks their overlap at run time, and the last bits of a
-            # row's sum depended on where the chunk's row buffers were: on the thread count).
-            chunks = PARALLEL_CHUNKS
-            block_results = list(totals.values()) + ["bad_row", "bad_index"]
-            block = rows_function("row_block_0", ["lo", "hi"], "range(lo, hi)") + \
-                [f"    return ({', '.join(block_results)},)"]
-            parts = [f"part_{t}" for t in totals.values()]
-            wrapper = [f"def row_kernel_0({', '.join(all_params)}):"] + pre
-            wrapper += [f"    {p} = np.zeros({chunks})" for p in parts]
-            wrapper += [f"    bad_rows = np.full({chunks}, -1, np.int64)",
-                        f"    bad_indices = np.zeros({chunks}, np.int64)",
-                        f"    for c in prange({chunks}):  # fixed chunks of rows over Numba's threads",
-                        f"        lo = c * n0 // {chunks}",
-                        f"        hi = (c + 1) * n0 // {chunks}",
-                        f"        chunk = row_block_0({', '.join(all_params)}, lo, hi)"]
-            wrapper += [f"        {p}[c] = chunk[{k}]" for k, p in enumerate(parts)]
-            wrapper += [f"        bad_rows[c] = chunk[{len(parts)}]",
-                        f"        bad_indices[c] = chunk[{len(parts) + 1}]"]
-            for t, p in zip(totals.values(), parts):
-                # in chunk order (``.sum()`` in a parallel function became a parallel reduction: its last
-                # bits depended on the thread count)
-                wrapper += [f"    {t} = 0.0", f"    for c in range({chunks}):", f"        {t} += {p}[c]"]
-            wrapper += ["    bad_row = -1", "    bad_index = 0", f"    for c in range({chunks}):",
-                        "        if bad_row < 0 and bad_rows[c] >= 0:",
-                        "            bad_row = bad_rows[c]", "            bad_index = bad_indices[c]"]
-            wrapper += after + [f"    return ({', '.join(results)},)"]
-            kernels = [decorator(False, self.fastmath, True) + "\n" + "\n".join(block),
-                       decorator(True, self.fastmath, True) + "\n" + "\n".join(wrapper)]
-        # the glue
-        glue = [f"def {self.name}({', '.join(params)}):"]
+            return [decorator(False, self.fastmath, True) + "\n" + kernel], results
+        # Each chunk of rows runs the serial function: called, not inlined into the parallel loop's
+        # outlined body, it keeps its arrays' noalias promise (inside that body the arrays are loaded
+        # from the gufunc's argument block, LLVM checks their overlap at run time, and the last bits of a
+        # row's sum depended on where the chunk's row buffers were: on the thread count).
+        chunks = PARALLEL_CHUNKS
+        block_results = list(totals.values()) + ["bad_row", "bad_index"]
+        block = rows_function("row_block_0", ["lo", "hi"], "range(lo, hi)") + \
+            [f"    return ({', '.join(block_results)},)"]
+        parts = [f"part_{t}" for t in totals.values()]
+        wrapper = [f"def row_kernel_0({', '.join(all_params)}):"] + pre
+        wrapper += [f"    {p} = np.zeros({chunks})" for p in parts]
+        wrapper += [f"    bad_rows = np.full({chunks}, -1, np.int64)",
+                    f"    bad_indices = np.zeros({chunks}, np.int64)",
+                    f"    for c in prange({chunks}):  # fixed chunks of rows over Numba's threads",
+                    f"        lo = c * n0 // {chunks}",
+                    f"        hi = (c + 1) * n0 // {chunks}",
+                    f"        chunk = row_block_0({', '.join(all_params)}, lo, hi)"]
+        wrapper += [f"        {p}[c] = chunk[{k}]" for k, p in enumerate(parts)]
+        wrapper += [f"        bad_rows[c] = chunk[{len(parts)}]",
+                    f"        bad_indices[c] = chunk[{len(parts) + 1}]"]
+        for t, p in zip(totals.values(), parts):
+            # in chunk order (``.sum()`` in a parallel function became a parallel reduction: its last
+            # bits depended on the thread count)
+            wrapper += [f"    {t} = 0.0", f"    for c in range({chunks}):", f"        {t} += {p}[c]"]
+        wrapper += ["    bad_row = -1", "    bad_index = 0", f"    for c in range({chunks}):",
+                    "        if bad_row < 0 and bad_rows[c] >= 0:",
+                    "            bad_row = bad_rows[c]", "            bad_index = bad_indices[c]"]
+        wrapper += after + [f"    return ({', '.join(results)},)"]
+        return [decorator(False, self.fastmath, True) + "\n" + "\n".join(block),
+                decorator(True, self.fastmath, True) + "\n" + "\n".join(wrapper)], results
+
+    def _glue(self, results: list[str]) -> list[str]:
+        """The Python function that calls the kernel, raises its IndexError and returns the outputs."""
+        g, names, out_params = self.graph, self.names, self.out_params
+        glue = [f"def {self.name}({', '.join(self.params)}):"]
         args = []
         for v in g.placeholders:
             if self.kind[v] == S:
@@ -601,7 +652,7 @@ class _RowKernel:
                 args.append(names[v.name])
         for v in out_params:
             args.append(f"np.empty({tuple(int(s) for s in v.shape)!r}, dtype=np.{np.dtype(v.dtype.np).name})")
-        args += [str(self.rows), str(self.cols)] + [repr(float(value)) for _, value in constants]
+        args += [str(self.rows), str(self.cols)] + [repr(float(value)) for _, value in self.constants]
         glue.append(f"    # one loop over the {self.rows} rows; per row {len(self.segments)} loops over its "
                     f"{self.cols} columns (codegen/row_kernel.py)")
         glue.append(f"    {', '.join(results)}, = row_kernel_0({', '.join(args)})")
@@ -613,14 +664,18 @@ class _RowKernel:
             if v is None or v.producer is None or v in out_params:
                 rets.append("None" if v is None else names[v.name] if v.producer is None else out_params[v])
             elif v.dtype.np != np.float64:   # the kernel's scalars are float64: the output keeps its dtype
-                rets.append(f"np.asarray({local[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
+                rets.append(f"np.asarray({self.local[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
             else:
-                rets.append(local[v.name])
+                rets.append(self.local[v.name])
         glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-        ns = scalar_namespace()
-        ns.update({"np": np})
-        imports = vector_imports("from codegen.scalar_math import rmax, rmin", self.vector_import)
-        return NumbaEmitted(self.name, "\n".join(glue), kernels, ns, imports, "vector")
+        return glue
+
+
+# Row steps of the ops that are not one scalar statement: ``step(kernel, node, body)``.
+_ROW_STEPS: dict[str, Callable] = {
+    "index_put_add": _RowKernel._onehot_step,   # one value per row, at the row's index
+    "index.Tensor": _RowKernel._gather_step,    # x[arange(rows), idx]: one element per row
+}
 
 
 def _row_closure(values: set, nodes: list) -> set:
