@@ -53,8 +53,6 @@ def group_0(x, n0):
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import sympy
 
@@ -179,10 +177,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                                parallel=row_mode == "parallel")
         if rows is not None:   # a batch whose rows are reduced and used again: one loop over the rows
             return rows
-    names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
-    for n in graph.nodes:
-        for o in n.outputs:
-            names[o.name] = _ident(o.name)
+    names = _value_names(graph)
     # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
     # (16 lanes; SVML on AVX-512), codegen.vecmath's float32 variants compute in float64, and measured
     # 2-4x slower than numpy's (W3 f32: tanh inline made the whole call 1.4x slower than offloaded)
@@ -194,33 +189,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     ns = scalar_namespace()
     ns.update({"asarray": np.asarray, "np": np})
     kernels: list[str] = []
-    glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"]
-
-    def source_of(v: Value) -> Value:
-        p = v.producer
-        while p is not None and op_facts.has(p.op, "broadcast") and isinstance(p.args[0], Value):
-            v, p = p.args[0], p.args[0].producer
-        return v
-
-    # Values the glue must compute: outputs, and what glue nodes and loops read (loops read an
-    # expand's source, so a broadcast that only feeds loops is never materialised).
-    needed: set[Value] = {v for v in graph.outputs if v is not None}
-    for n in reversed(graph.nodes):
-        if n in group_of:
-            grp = group_of[n]
-            needed.update(source_of(v) for v in grp.inputs)
-        elif n in fused_reduction:
-            continue
-        elif n in scatters and n.outputs[0] in needed:
-            p, other = scatters[n]
-            needed.update(p.inputs)
-            needed.add(other)
-        elif any(o in needed for o in n.outputs):
-            needed.update(n.inputs)
-
-    block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed,
-                                                          source_of)
+    needed = _needed_values(graph, group_of, fused_reduction, scatters)
+    block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed)
+    # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
+    glue_names = names if block is None else {**names, **block.block_names}
     pool = _BufferPool(graph, scatters, group_of, block)
+    body: list[str] = []
     emitted_groups: set[int] = set()
     for n in graph.nodes:
         grp = group_of.get(n)
@@ -237,48 +211,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             if checked:   # the same loop with libm sin/cos, for arguments beyond the vector range
                 twin, _, _ = _kernel_source(grp, f"{k}_libm", names, needed, in_parallel)
                 kernels.append(decorator(in_parallel, fastmath) + "\n" + twin)
-            args = []
-            for v in grp.inputs:
-                src = source_of(v)
-                arg = f"float({names[src.name]})" if src.shape == () and src.dtype.is_floating_point else (
-                    f"{names[src.name]}.item()" if src.shape == () else names[src.name])
-                if arg not in args:
-                    args.append(arg)
-            written = [v for v in grp.outputs if v in needed]
-            args += [pool.array(v) for v in written]
-            args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
-            args += [repr(float(value)) for _, value in constants]
-            results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
-            target = ", ".join(results) + ("," if len(results) == 1 else "")
-            glue.append(f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
-                        + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else ""))
-            if checked:
-                flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
-                glue.append(f"    {flagged} = group_{k}({', '.join(args)})")
-                glue.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
-                glue.append(f"        {target} = group_{k}_libm({', '.join(args)})")
-            else:
-                glue.append(f"    {target} = group_{k}({', '.join(args)})")
-            for r in grp.reductions:
-                out = names[r.output.name]
-                if block is not None:  # a partial sum of this block
-                    glue.append(f"    total_{out} += {out}")
-                    continue
-                dims, _ = reduction_dims(r, len(grp.shape))
-                count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
-                if op_facts.reduction_kind(r.op) == "mean":
-                    # the mean of nothing is nan, as numpy's (Python's float division would raise)
-                    glue.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
-                shape = tuple(int(s) for s in r.output.shape)
-                if shape:
-                    glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
-                elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
-                    glue.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
+            body += _loop_call_lines(grp, k, glue_names, needed, pool, block, constants, checked)
             continue
         if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):
             continue
         if n in scatters:
-            glue += _scatter_statements(n, *scatters[n], names, ns, graph, group_of)
+            body += _scatter_statements(n, *scatters[n], glue_names, ns, graph, group_of)
             continue
         ufunc = _plain_ufunc(n)
         if ufunc is not None and pool.poolable(n.outputs[0]):
@@ -286,12 +224,13 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             out = n.outputs[0]
             if arg in pool.slot and pool.users.get(arg) == [n]:
                 pool.slot[out] = pool.slot[arg]   # the input dies here: compute in place, as numpy code would
-            glue.append(f"    # {node_comment(n)}")
-            glue.append(f"    {names[out.name]} = np.{ufunc}({names[arg.name]}, out={pool.array(out)})")
+            body.append(f"    # {node_comment(n)}")
+            body.append(f"    {glue_names[out.name]} = np.{ufunc}({glue_names[arg.name]}, out={pool.array(out)})")
             continue
-        glue += node_statements(n, names, ns)
+        body += node_statements(n, glue_names, ns)
     if block is not None:
-        glue = glue[:1] + block.wrap(glue[1:], names)
+        body = block.wrap(body, names)
+    glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     if pool.shapes:
         # Intermediate arrays come from a pool of buffers reused across calls (the default list
@@ -306,6 +245,86 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
 
 
+def _value_names(graph: Graph) -> dict[str, str]:
+    """Each value's Python name (:func:`~codegen.emit._ident`)."""
+    names: dict[str, str] = {v.name: _ident(v.name) for v in graph.placeholders}
+    for n in graph.nodes:
+        for o in n.outputs:
+            names[o.name] = _ident(o.name)
+    return names
+
+
+def _broadcast_source(v: Value) -> Value:
+    """What a loop reads for ``v``: the source of a chain of broadcasts, else ``v``."""
+    p = v.producer
+    while p is not None and op_facts.has(p.op, "broadcast") and isinstance(p.args[0], Value):
+        v, p = p.args[0], p.args[0].producer
+    return v
+
+
+def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters: dict) -> set[Value]:
+    """Values the glue must compute: outputs, and what glue nodes and loops read (loops read an
+    expand's source, so a broadcast that only feeds loops is never materialised)."""
+    needed: set[Value] = {v for v in graph.outputs if v is not None}
+    for n in reversed(graph.nodes):
+        if n in group_of:
+            grp = group_of[n]
+            needed.update(_broadcast_source(v) for v in grp.inputs)
+        elif n in fused_reduction:
+            continue
+        elif n in scatters and n.outputs[0] in needed:
+            p, other = scatters[n]
+            needed.update(p.inputs)
+            needed.add(other)
+        elif any(o in needed for o in n.outputs):
+            needed.update(n.inputs)
+    return needed
+
+
+def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, constants: list,
+                     checked: bool) -> list[str]:
+    """The glue's call of loop kernel ``group_<k>`` (and its libm twin when an argument is out of the
+    vector functions' range), then what its reductions still need: a mean's division, the dtype, the shape."""
+    args = []
+    for v in grp.inputs:
+        src = _broadcast_source(v)
+        arg = f"float({names[src.name]})" if src.shape == () and src.dtype.is_floating_point else (
+            f"{names[src.name]}.item()" if src.shape == () else names[src.name])
+        if arg not in args:
+            args.append(arg)
+    written = [v for v in grp.outputs if v in needed]
+    args += [pool.array(v) for v in written]
+    args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
+    args += [repr(float(value)) for _, value in constants]
+    results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
+    target = ", ".join(results) + ("," if len(results) == 1 else "")
+    lines = [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
+             + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
+    if checked:
+        flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
+        lines.append(f"    {flagged} = group_{k}({', '.join(args)})")
+        lines.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
+        lines.append(f"        {target} = group_{k}_libm({', '.join(args)})")
+    else:
+        lines.append(f"    {target} = group_{k}({', '.join(args)})")
+    for r in grp.reductions:
+        out = names[r.output.name]
+        if block is not None:  # a partial sum of this block
+            lines.append(f"    total_{out} += {out}")
+            continue
+        dims, _ = reduction_dims(r, len(grp.shape))
+        count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
+        if op_facts.reduction_kind(r.op) == "mean":
+            # the mean of nothing is nan, as numpy's (Python's float division would raise)
+            lines.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
+        shape = tuple(int(s) for s in r.output.shape)
+        if shape:
+            lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
+        elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
+            lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r})")
+    return lines
+
+
 # Blocked execution: a 1-D graph of loops, SIMD ufuncs and full reductions runs block by block,
 # so its intermediates stay in the L2 cache (and the buffer pool holds blocks, not arrays).
 BLOCK_ELEMENTS = 16384
@@ -318,7 +337,13 @@ class _BlockPlan:
         self.graph, self.n, self.size = graph, n, BLOCK_ELEMENTS
         self.outputs, self.reductions, self.names = outputs, reductions, names
 
+    @property
+    def block_names(self) -> dict[str, str]:
+        """The glue's name for each 1-D input inside the block loop: its block ``<name>_b``."""
+        return {v.name: f"{self.names[v.name]}_b" for v in self.graph.placeholders if len(v.shape) == 1}
+
     def wrap(self, body: list[str], names: dict) -> list[str]:
+        """``body`` (glue written with :attr:`block_names`) inside the loop over blocks."""
         lines = [f"    # run in blocks of {self.size} elements: the intermediates stay in cache"]
         for v in self.outputs:
             lines.append(f"    {names[v.name]}_all = np.empty(({self.n},), dtype=np.{v.dtype.np.name})")
@@ -330,12 +355,7 @@ class _BlockPlan:
         for v in self.graph.placeholders:
             if len(v.shape) == 1:
                 lines.append(f"        {names[v.name]}_b = {names[v.name]}[lo_:hi_]")
-        renamed = {names[v.name]: f"{names[v.name]}_b" for v in self.graph.placeholders if len(v.shape) == 1}
-        pattern = re.compile(r"\b(" + "|".join(map(re.escape, renamed)) + r")\b(?!_)") if renamed else None
-        for line in body:
-            if pattern is not None and not line.lstrip().startswith("#"):
-                line = pattern.sub(lambda m: renamed[m.group(1)], line)
-            lines.append("    " + line)
+        lines += ["    " + line for line in body]
         for r in self.reductions:
             out = names[r.output.name]
             total = f"total_{out}" + (f" / {self.n}" if op_facts.reduction_kind(r.op) == "mean" else "")
@@ -347,8 +367,8 @@ class _BlockPlan:
         return lines
 
 
-def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, scatters: dict, needed: set,
-                source_of) -> _BlockPlan | None:
+def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, scatters: dict,
+                needed: set) -> _BlockPlan | None:
     """A plan when every step is elementwise over one 1-D shape (or a full reduction of it)."""
     if scatters or not groups:
         return None
@@ -365,7 +385,7 @@ def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, sca
     for n in graph.nodes:
         if n in group_of or n in fused_reduction or not any(o in needed for o in n.outputs):
             continue
-        if op_facts.has(n.op, "broadcast") and source_of(n.outputs[0]).shape == ():
+        if op_facts.has(n.op, "broadcast") and _broadcast_source(n.outputs[0]).shape == ():
             continue
         if _plain_ufunc(n) is None or tuple(n.outputs[0].shape) != shape:
             return None
@@ -550,10 +570,7 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     local: dict[str, str] = {}
     reads = []
     for v in grp.inputs:
-        src = v
-        p = v.producer
-        while p is not None and op_facts.has(p.op, "broadcast") and isinstance(p.args[0], Value):
-            src, p = p.args[0], p.args[0].producer
+        src = _broadcast_source(v)
         param = _kernel_name(names[src.name])
         if param not in params:
             params.append(param)
