@@ -564,140 +564,182 @@ def _kernel_source(grp: Group, k: int | str, names: dict, needed: set, parallel:
     with :func:`~codegen.scalar_math.radd`, which LLVM may reassociate: an in-order sum is a
     dependence from one iteration to the next that keeps the whole loop scalar.
     """
-    rank = len(grp.shape)
-    shape = grp.shape
-    params: list[str] = []
-    local: dict[str, str] = {}
-    reads = []
-    for v in grp.inputs:
-        src = _broadcast_source(v)
-        param = _kernel_name(names[src.name])
-        if param not in params:
-            params.append(param)
-        # never a name with a double underscore: Numba's parfor lowering renames `a_` to `a__`
-        local[v.name] = param.rstrip("_") + "_in"
-        read = (local[v.name], _broadcast_read(param, tuple(src.shape), shape))
-        if read not in reads:
-            reads.append(read)
-    nodes = _pair_sin_cos(grp.nodes) if vector else grp.nodes
-    for n in nodes:
-        local[n.output.name] = names[n.output.name]
-    sizes = [f"n{d}" for d in range(rank)]
-    constants: list = []
-    bodies = [lift_constants(n.expr, constants) for n in nodes]
-    printer = KernelPrinter(local, vector or {})
-    written = [v for v in grp.outputs if v in needed]
-    outs = [f"out_{_kernel_name(names[v.name])}" for v in written]
-    lines = [f"def group_{k}({', '.join(params + outs + sizes + [c for c, _ in constants])}):"]
-    dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
-    vectorise = vectorise and rank > 0
-    # reductions over the last dim (not all dims) sum each inner loop into a scalar `inner_j`,
-    # added to the accumulator after that loop
-    inner = {j for j, dims in enumerate(dims_of) if vectorise and len(dims) < rank and rank - 1 in dims}
-    # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
-    # a per-chunk row (no two threads write the same element), added up after the loop.
-    chunked = parallel and rank > 0
-    checked = bool(vector) and any(FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in RANGE_CHECKED
-                                   and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
-                                   for n in nodes for f in n.expr.atoms(sympy.Function))
-    flag = "range_c" if chunked else "out_of_range"
-    if vectorise and not chunked:
-        lines.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
-        # no run-time overlap checks: with them a sum's order depended on where the arrays were
-        lines.append("    distinct_arrays()  # the glue never passes overlapping arrays")
-    if checked:
-        lines.append(f"    out_of_range = {'np.zeros(' + str(PARALLEL_CHUNKS) + ', np.bool_)' if chunked else 'False'}"
-                     "  # any sin/cos argument beyond the vector functions' range?")
-    for j, dims in enumerate(dims_of):
-        if len(dims) == rank:  # a full reduction: a scalar accumulator
-            if chunked:
-                lines.append(f"    part_{j} = np.zeros({PARALLEL_CHUNKS})")
-            else:
-                lines.append(f"    acc_{j} = 0.0")
-            continue
-        kept = [("1" if d in dims else sizes[d]) for d in range(rank)]
-        if chunked and 0 in dims:
-            kept = [str(PARALLEL_CHUNKS)] + kept
-        lines.append(f"    acc_{j} = np.zeros(({', '.join(kept)},))")
-    indent = "    "
+    kernel = _LoopKernel(grp, k, names, needed, parallel, vector, vectorise)
+    return kernel.source(), kernel.constants, kernel.checked
 
-    def accumulate(target: str, value: str) -> str:
-        return f"{target} = radd({target}, {value})" if vectorise else f"{target} += {value}"
 
-    if chunked:
-        lines.append(f"    for c in prange({PARALLEL_CHUNKS}):")
-        indent = "        "
-        if vectorise:  # the loop body is outlined into its own function: the hint goes there
-            lines.append(f"{indent}wide_vectors()")
-        lines.append(f"{indent}lo = c * n0 // {PARALLEL_CHUNKS}")
-        lines.append(f"{indent}hi = (c + 1) * n0 // {PARALLEL_CHUNKS}")
-        for j, dims in enumerate(dims_of):
-            if len(dims) == rank:
-                lines.append(f"{indent}chunk_{j} = 0.0")
-        if checked:
-            lines.append(f"{indent}range_c = False")
-        lines.append(f"{indent}for i0 in range(lo, hi):")
-        indent += "    "
-        start = 1
-    else:
-        start = 0
-    inner_indent = indent   # where the innermost loop starts (only used when rank > 1)
-    for d in range(start, rank):
-        if d == rank - 1:
-            lines += [f"{indent}inner_{j} = 0.0" for j in sorted(inner)]
-            inner_indent = indent
-        lines.append(f"{indent}for i{d} in range(n{d}):")
-        indent += "    "
-    for local_name, read in reads:
-        lines.append(f"{indent}{local_name} = {read}")
-    reduced: dict[str, list[int]] = {}
-    for j, r in enumerate(grp.reductions):
-        reduced.setdefault(r.args[0].name, []).append(j)
-    out_names = {v.name for v in written}
-    idx = ", ".join(f"i{d}" for d in range(rank))
-    after_inner = []
-    for n, body in zip(nodes, bodies):
-        o = n.output
-        printer.suffix = compute_suffix(n)
-        seen = len(printer.checks)
-        code = printer.doprint(body)
-        args = ", ".join(generic_arg(a, constants, code) for a in n.args)
-        short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
-        lines.append(f"{indent}# %{o.name}: {short}[{', '.join(sizes)}] = {n.op}({args})")
-        lines.append(f"{indent}{local[o.name]} = {code}")
-        for check in printer.checks[seen:]:
-            lines.append(f"{indent}{flag} = {flag} | {check}")
-        if o.name in out_names:
-            lines.append(f"{indent}out_{_kernel_name(names[o.name])}[{idx if idx else '()'}] = {local[o.name]}")
-        for j in reduced.get(o.name, []):
-            dims = dims_of[j]
-            if len(dims) == rank:
-                lines.append(f"{indent}{accumulate(('chunk' if chunked else 'acc') + f'_{j}', local[o.name])}")
+class _LoopKernel:
+    """The text of one loop-nest kernel, written in steps (:meth:`source`)."""
+
+    def __init__(self, grp: Group, k: int | str, names: dict, needed: set, parallel: bool, vector: dict | None,
+                 vectorise: bool) -> None:
+        self.grp, self.k, self.names = grp, k, names
+        self.rank = rank = len(grp.shape)
+        self.params: list[str] = []
+        self.local: dict[str, str] = {}
+        self.reads: list[tuple[str, str]] = []
+        for v in grp.inputs:
+            src = _broadcast_source(v)
+            param = _kernel_name(names[src.name])
+            if param not in self.params:
+                self.params.append(param)
+            # never a name with a double underscore: Numba's parfor lowering renames `a_` to `a__`
+            self.local[v.name] = param.rstrip("_") + "_in"
+            read = (self.local[v.name], _broadcast_read(param, tuple(src.shape), grp.shape))
+            if read not in self.reads:
+                self.reads.append(read)
+        self.nodes = nodes = _pair_sin_cos(grp.nodes) if vector else grp.nodes
+        for n in nodes:
+            self.local[n.output.name] = names[n.output.name]
+        self.sizes = [f"n{d}" for d in range(rank)]
+        self.constants: list = []
+        self.bodies = [lift_constants(n.expr, self.constants) for n in nodes]
+        self.printer = KernelPrinter(self.local, vector or {})
+        self.written = [v for v in grp.outputs if v in needed]
+        self.dims_of = dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
+        self.vectorise = vectorise = vectorise and rank > 0
+        # reductions over the last dim (not all dims) sum each inner loop into a scalar `inner_j`,
+        # added to the accumulator after that loop
+        self.inner = {j for j, dims in enumerate(dims_of) if vectorise and len(dims) < rank and rank - 1 in dims}
+        # A parallel kernel splits the outer loop into chunks; a reduction over dim 0 then sums into
+        # a per-chunk row (no two threads write the same element), added up after the loop.
+        self.chunked = parallel and rank > 0
+        self.checked = bool(vector) and any(
+            FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in RANGE_CHECKED
+            and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
+            for n in nodes for f in n.expr.atoms(sympy.Function))
+        self.flag = "range_c" if self.chunked else "out_of_range"
+
+    def source(self) -> str:
+        lines = [self._signature()] + self._setup_lines()
+        indent, inner_indent, loops = self._loop_lines()
+        lines += loops
+        lines += [f"{indent}{local_name} = {read}" for local_name, read in self.reads]
+        body, after_inner = self._statement_lines(indent, inner_indent)
+        lines += body + after_inner
+        lines += self._closing_lines()
+        return "\n".join(lines)
+
+    def _out(self, v: Value) -> str:
+        return f"out_{_kernel_name(self.names[v.name])}"
+
+    def _signature(self) -> str:
+        outs = [self._out(v) for v in self.written]
+        return f"def group_{self.k}({', '.join(self.params + outs + self.sizes + [c for c, _ in self.constants])}):"
+
+    def _setup_lines(self) -> list[str]:
+        """Hints, the range-check flag and the accumulators, before the loops."""
+        lines, rank, chunked = [], self.rank, self.chunked
+        if self.vectorise and not chunked:
+            lines.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
+            # no run-time overlap checks: with them a sum's order depended on where the arrays were
+            lines.append("    distinct_arrays()  # the glue never passes overlapping arrays")
+        if self.checked:
+            start = f"np.zeros({PARALLEL_CHUNKS}, np.bool_)" if chunked else "False"
+            lines.append(f"    out_of_range = {start}  # any sin/cos argument beyond the vector functions' range?")
+        for j, dims in enumerate(self.dims_of):
+            if len(dims) == rank:  # a full reduction: a scalar accumulator
+                if chunked:
+                    lines.append(f"    part_{j} = np.zeros({PARALLEL_CHUNKS})")
+                else:
+                    lines.append(f"    acc_{j} = 0.0")
                 continue
-            at = ["0" if d in dims else f"i{d}" for d in range(rank)]
+            kept = [("1" if d in dims else self.sizes[d]) for d in range(rank)]
             if chunked and 0 in dims:
-                at = ["c"] + at
-            if j in inner:
-                lines.append(f"{indent}{accumulate(f'inner_{j}', local[o.name])}")
-                after_inner.append(f"{inner_indent}acc_{j}[{', '.join(at)}] += inner_{j}")
-                continue
-            lines.append(f"{indent}acc_{j}[{', '.join(at)}] += {local[o.name]}")
-    lines += after_inner
-    if chunked:
-        for j, dims in enumerate(dims_of):
-            if len(dims) == rank:
-                lines.append(f"        part_{j}[c] = chunk_{j}")
-        if checked:
-            lines.append("        out_of_range[c] = range_c")
-        for j, dims in enumerate(dims_of):
-            if len(dims) == rank:
-                lines.append(f"    total_{j} = part_{j}.sum()")
-            elif 0 in dims:
-                lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
-    totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
-              for j, dims in enumerate(dims_of)]
-    results = [f"out_{_kernel_name(names[v.name])}" for v in written] + totals
-    if checked:
-        results.append("out_of_range.any()" if chunked else "out_of_range")
-    lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
-    return "\n".join(lines), constants, checked
+                kept = [str(PARALLEL_CHUNKS)] + kept
+            lines.append(f"    acc_{j} = np.zeros(({', '.join(kept)},))")
+        return lines
+
+    def _loop_lines(self) -> tuple[str, str, list[str]]:
+        """The loop headers (chunks of the outer loop when parallel): the body's indent, the
+        innermost loop's indent and the lines."""
+        lines, rank, indent = [], self.rank, "    "
+        if self.chunked:
+            lines.append(f"    for c in prange({PARALLEL_CHUNKS}):")
+            indent = "        "
+            if self.vectorise:  # the loop body is outlined into its own function: the hint goes there
+                lines.append(f"{indent}wide_vectors()")
+            lines.append(f"{indent}lo = c * n0 // {PARALLEL_CHUNKS}")
+            lines.append(f"{indent}hi = (c + 1) * n0 // {PARALLEL_CHUNKS}")
+            for j, dims in enumerate(self.dims_of):
+                if len(dims) == rank:
+                    lines.append(f"{indent}chunk_{j} = 0.0")
+            if self.checked:
+                lines.append(f"{indent}range_c = False")
+            lines.append(f"{indent}for i0 in range(lo, hi):")
+            indent += "    "
+            start = 1
+        else:
+            start = 0
+        inner_indent = indent   # where the innermost loop starts (only used when rank > 1)
+        for d in range(start, rank):
+            if d == rank - 1:
+                lines += [f"{indent}inner_{j} = 0.0" for j in sorted(self.inner)]
+                inner_indent = indent
+            lines.append(f"{indent}for i{d} in range(n{d}):")
+            indent += "    "
+        return indent, inner_indent, lines
+
+    def _accumulate(self, target: str, value: str) -> str:
+        return f"{target} = radd({target}, {value})" if self.vectorise else f"{target} += {value}"
+
+    def _statement_lines(self, indent: str, inner_indent: str) -> tuple[list[str], list[str]]:
+        """One statement per node (with its IR line as a comment), its store and its reductions; and
+        the lines after the innermost loop (its sums added to their accumulators)."""
+        rank, chunked, local, printer = self.rank, self.chunked, self.local, self.printer
+        reduced: dict[str, list[int]] = {}
+        for j, r in enumerate(self.grp.reductions):
+            reduced.setdefault(r.args[0].name, []).append(j)
+        out_names = {v.name for v in self.written}
+        idx = ", ".join(f"i{d}" for d in range(rank))
+        lines, after_inner = [], []
+        for n, body in zip(self.nodes, self.bodies):
+            o = n.output
+            printer.suffix = compute_suffix(n)
+            seen = len(printer.checks)
+            code = printer.doprint(body)
+            args = ", ".join(generic_arg(a, self.constants, code) for a in n.args)
+            short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
+            lines.append(f"{indent}# %{o.name}: {short}[{', '.join(self.sizes)}] = {n.op}({args})")
+            lines.append(f"{indent}{local[o.name]} = {code}")
+            for check in printer.checks[seen:]:
+                lines.append(f"{indent}{self.flag} = {self.flag} | {check}")
+            if o.name in out_names:
+                lines.append(f"{indent}{self._out(o)}[{idx if idx else '()'}] = {local[o.name]}")
+            for j in reduced.get(o.name, []):
+                dims = self.dims_of[j]
+                if len(dims) == rank:
+                    acc = f"{'chunk' if chunked else 'acc'}_{j}"
+                    lines.append(f"{indent}{self._accumulate(acc, local[o.name])}")
+                    continue
+                at = ["0" if d in dims else f"i{d}" for d in range(rank)]
+                if chunked and 0 in dims:
+                    at = ["c"] + at
+                if j in self.inner:
+                    lines.append(f"{indent}{self._accumulate(f'inner_{j}', local[o.name])}")
+                    after_inner.append(f"{inner_indent}acc_{j}[{', '.join(at)}] += inner_{j}")
+                    continue
+                lines.append(f"{indent}acc_{j}[{', '.join(at)}] += {local[o.name]}")
+        return lines, after_inner
+
+    def _closing_lines(self) -> list[str]:
+        """After the loops: the chunks' partial results added up, and the return."""
+        lines, rank, chunked = [], self.rank, self.chunked
+        if chunked:
+            for j, dims in enumerate(self.dims_of):
+                if len(dims) == rank:
+                    lines.append(f"        part_{j}[c] = chunk_{j}")
+            if self.checked:
+                lines.append("        out_of_range[c] = range_c")
+            for j, dims in enumerate(self.dims_of):
+                if len(dims) == rank:
+                    lines.append(f"    total_{j} = part_{j}.sum()")
+                elif 0 in dims:
+                    lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
+        totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
+                  for j, dims in enumerate(self.dims_of)]
+        results = [self._out(v) for v in self.written] + totals
+        if self.checked:
+            results.append("out_of_range.any()" if chunked else "out_of_range")
+        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        return lines
