@@ -203,118 +203,21 @@ class _RowKernel:
         self.after_rows: set[Value] = set()
         self.gathered: set[Value] = set()  # computed row vectors one element per row is picked from
         self.segments: list[_Segment] = []
-        open_seg: _Segment | None = None
-        open_pos = 0                      # where steps independent of the open loop go (before it)
-        pending: set[Value] = set()       # row values the open loop's reductions produce
+        self.open_seg: _Segment | None = None
+        self.open_pos = 0                 # where steps independent of the open loop go (before it)
+        self.pending: set[Value] = set()  # row values the open loop's reductions produce
         self.seg_of: dict[Value, _Segment] = {}
         self.onehot: dict[Value, tuple] = {}          # H value -> (index Value, value Value)
         self.fixups: dict[Node, Value] = {}           # V add node -> the H value it merges
-        outputs = {v for v in self.graph.outputs if v is not None}
-
-        def close():
-            nonlocal open_seg, pending
-            open_seg, pending = None, set()
-
-        def open_new():
-            nonlocal open_seg, open_pos
-            open_seg = _Segment()
-            self.segments.append(open_seg)
-            self.steps.append(("loop", open_seg))
-            open_pos = len(self.steps) - 1
-
+        self.outputs = outputs = {v for v in self.graph.outputs if v is not None}
         for n in self.nodes:
             if len(n.outputs) != 1:
                 raise _Unsupported
-            o = n.outputs[0]
-            ins = n.inputs
-            kinds = [self.kind[v] for v in ins]
-            if any(v in self.after_rows for v in ins) and self._shape_kind(o) != S:
+            if any(v in self.after_rows for v in n.inputs) and self._shape_kind(n.outputs[0]) != S:
                 raise _Unsupported   # a row reads a sum over all rows
-            if n.op == "index_put_add":
-                self.kind[o] = H
-                values, shape, ref = n.args[:3]
-                if not isinstance(values, Value) or self.kind.get(values) != R or \
-                        tuple(shape) != (self.rows, self.cols) or len(values.shape) != 1:
-                    raise _Unsupported
-                self.onehot[o] = (self._index_of(ref), values)
-                if o in outputs:
-                    raise _Unsupported
-                step = ("row", n)
-            elif _full_reduction(n.op) and o.shape == ():
-                if n.args[-1] is not None or kinds[0] not in (R, V):
-                    raise _Unsupported
-                self.kind[o] = S
-                self.after_rows.add(o)
-                if kinds[0] == V:
-                    open_seg = self._loop_for(n, open_seg, pending, close, open_new)
-                    open_seg.reductions.append(n)
-                    continue
-                step = ("total", n)
-            elif _full_reduction(n.op) and _row_reduction(n.op) and kinds == [H]:
-                # a one-hot row sums to its one value (zeros add exactly; that value is never -0.0)
-                if not _over_columns(n) or n.args[-1] is not None or self._shape_kind(o) != R:
-                    raise _Unsupported
-                self.kind[o] = R
-                step = ("row", n)
-            elif _row_reduction(n.op):
-                if kinds != [V] or not _over_columns(n) or (_full_reduction(n.op) and n.args[-1] is not None):
-                    raise _Unsupported
-                self.kind[o] = R
-                if self._shape_kind(o) != R:
-                    raise _Unsupported
-                open_seg = self._loop_for(n, open_seg, pending, close, open_new)
-                open_seg.reductions.append(n)
-                pending.add(o)
-                continue
-            else:
-                ok = n.is_elementwise or n.op in _SCALAR_CODE or n.op == "index.Tensor" or _alias(n.op)
-                if not ok or H in kinds and not self._merges_onehot(n, o, outputs):
-                    raise _Unsupported
-                k = self._shape_kind(o)
-                if n.op == "index.Tensor":
-                    x = n.args[0]
-                    if k != R or self.kind.get(x) != V:
-                        raise _Unsupported
-                    self._index_of(n.args[1])
-                    if x.producer is not None and self.seg_of.get(x) is not None:
-                        self.gathered.add(x)          # read from its row buffer, after its loop
-                        if self.seg_of[x] is open_seg:
-                            close()
-                elif _alias(n.op) and not op_facts.has(n.op, "broadcast") and kinds[0] != k:
-                    raise _Unsupported   # a view changing what a row holds
-                elif op_facts.has(n.op, "broadcast") and kinds[0] == R and ins[0].shape != (self.rows, 1) and k == V:
-                    raise _Unsupported   # (rows,) broadcast along the last dim: not per row
-                for v, kv in zip(ins, kinds):
-                    if k == V and kv == R and v.shape != (self.rows, 1) and not op_facts.has(n.op, "broadcast"):
-                        raise _Unsupported   # (rows,) against (rows, cols) pairs by column
-                    if k == R and kv == R and not _alias(n.op) and v.shape != o.shape:
-                        raise _Unsupported
-                self.kind[o] = k
-                if k == V and _alias(n.op) and kinds[0] != V:
-                    self.seg_of[o] = None   # a row value broadcast along the row: an alias, no loop
-                    step = ("row", n)
-                elif k == V:
-                    open_seg = self._loop_for(n, open_seg, pending, close, open_new)
-                    open_seg.nodes.append(n)
-                    self.seg_of[o] = open_seg
-                    continue
-                elif k == S:
-                    if any(v in self.after_rows for v in ins):
-                        self.post.append(n)
-                        self.after_rows.add(o)
-                    else:
-                        self.pre.append(n)
-                    continue
-                else:
-                    step = ("row", n)
-            # a per-row step: after the open loop if it needs that loop's reductions, else before it
-            if open_seg is not None and any(v in pending for v in ins):
-                close()
-            if open_seg is not None:
-                self.steps.insert(open_pos, step)
-                open_pos += 1
-            else:
-                self.steps.append(step)
+            step = self._classify(n)
+            if step is not None:
+                self._place(step, n.inputs)
         if not any(self._after_reduction(seg) for seg in self.segments):
             raise _Unsupported   # one pass over the batch: the fuser's loops do the same
         for o in outputs:
@@ -322,6 +225,119 @@ class _RowKernel:
                 continue   # an input the graph returns (a forward saving it): the glue passes it on
             if self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and self.seg_of.get(o) is None):
                 raise _Unsupported
+
+    def _classify(self, n):
+        """Set the kind of ``n``'s output; put ``n`` in a loop, ``pre`` or ``post``, or return its
+        per-row step (``("row", n)`` or ``("total", n)``) for :meth:`_place`."""
+        o = n.outputs[0]
+        kinds = [self.kind[v] for v in n.inputs]
+        if n.op in _PLAN_STEPS:
+            return _PLAN_STEPS[n.op](self, n)
+        if _full_reduction(n.op) and o.shape == ():
+            return self._plan_total(n, kinds)
+        if _full_reduction(n.op) and _row_reduction(n.op) and kinds == [H]:
+            # a one-hot row sums to its one value (zeros add exactly; that value is never -0.0)
+            if not _over_columns(n) or n.args[-1] is not None or self._shape_kind(o) != R:
+                raise _Unsupported
+            self.kind[o] = R
+            return ("row", n)
+        if _row_reduction(n.op):
+            return self._plan_row_reduction(n, kinds)
+        return self._plan_per_element(n, kinds)
+
+    def _place(self, step, ins) -> None:
+        """A per-row step: after the open loop if it needs that loop's reductions, else before it."""
+        if self.open_seg is not None and any(v in self.pending for v in ins):
+            self._close()
+        if self.open_seg is not None:
+            self.steps.insert(self.open_pos, step)
+            self.open_pos += 1
+        else:
+            self.steps.append(step)
+
+    def _close(self) -> None:
+        self.open_seg, self.pending = None, set()
+
+    def _plan_onehot(self, n):
+        """``index_put_add`` of one value per row at the row's index (a one-hot row)."""
+        o = n.outputs[0]
+        self.kind[o] = H
+        values, shape, ref = n.args[:3]
+        if not isinstance(values, Value) or self.kind.get(values) != R or \
+                tuple(shape) != (self.rows, self.cols) or len(values.shape) != 1:
+            raise _Unsupported
+        self.onehot[o] = (self._index_of(ref), values)
+        if o in self.outputs:
+            raise _Unsupported
+        return ("row", n)
+
+    def _plan_total(self, n, kinds):
+        """A sum or mean to a scalar: of row values, a sum over rows; of row vectors, also a loop's."""
+        o = n.outputs[0]
+        if n.args[-1] is not None or kinds[0] not in (R, V):
+            raise _Unsupported
+        self.kind[o] = S
+        self.after_rows.add(o)
+        if kinds[0] == V:
+            self._loop_for(n).reductions.append(n)
+            return None
+        return ("total", n)
+
+    def _plan_row_reduction(self, n, kinds):
+        """A reduction of a row vector over its columns: an accumulator of the loop."""
+        o = n.outputs[0]
+        if kinds != [V] or not _over_columns(n) or (_full_reduction(n.op) and n.args[-1] is not None):
+            raise _Unsupported
+        self.kind[o] = R
+        if self._shape_kind(o) != R:
+            raise _Unsupported
+        self._loop_for(n).reductions.append(n)
+        self.pending.add(o)
+        return None
+
+    def _plan_per_element(self, n, kinds):
+        """Elementwise ops, ``where``, casts, views and broadcasts, and the per-row gather."""
+        o, ins = n.outputs[0], n.inputs
+        ok = n.is_elementwise or n.op in _SCALAR_CODE or n.op == "index.Tensor" or _alias(n.op)
+        if not ok or H in kinds and not self._merges_onehot(n, o, self.outputs):
+            raise _Unsupported
+        k = self._shape_kind(o)
+        broadcast = op_facts.has(n.op, "broadcast")
+        if n.op == "index.Tensor":
+            x = n.args[0]
+            if k != R or self.kind.get(x) != V:
+                raise _Unsupported
+            self._index_of(n.args[1])
+            if x.producer is not None and self.seg_of.get(x) is not None:
+                self.gathered.add(x)          # read from its row buffer, after its loop
+                if self.seg_of[x] is self.open_seg:
+                    self._close()
+        elif _alias(n.op) and not broadcast and kinds[0] != k:
+            raise _Unsupported   # a view changing what a row holds
+        elif broadcast and kinds[0] == R and ins[0].shape != (self.rows, 1) and k == V:
+            raise _Unsupported   # (rows,) broadcast along the last dim: not per row
+        for v, kv in zip(ins, kinds):
+            if k == V and kv == R and v.shape != (self.rows, 1) and not broadcast:
+                raise _Unsupported   # (rows,) against (rows, cols) pairs by column
+            if k == R and kv == R and not _alias(n.op) and v.shape != o.shape:
+                raise _Unsupported
+        self.kind[o] = k
+        if k == V and _alias(n.op) and kinds[0] != V:
+            self.seg_of[o] = None   # a row value broadcast along the row: an alias, no loop
+            return ("row", n)
+        if k == V:
+            seg = self._loop_for(n)
+            seg.nodes.append(n)
+            self.seg_of[o] = seg
+            return None
+        if k == S:
+            if any(v in self.after_rows for v in ins):
+                self.post.append(n)
+                self.after_rows.add(o)
+            else:
+                self.pre.append(n)
+            return None
+        return ("row", n)
 
     def _merges_onehot(self, n, o, outputs) -> bool:
         """``H + X`` or ``H - X`` with a row vector X, written only to an output: the loop writes
@@ -340,16 +356,17 @@ class _RowKernel:
         self.fixups[n] = hs[0]
         return True
 
-    def _loop_for(self, n, open_seg, pending, close, open_new):
+    def _loop_for(self, n) -> _Segment:
         """The loop a row-vector node (or a reduction of one) goes into: the open one unless it reads a
         row value that loop is still reducing."""
-        if open_seg is not None and any(self._row_source(v) in pending for v in n.inputs):
-            close()
-            open_seg = None
-        if open_seg is None:
-            open_new()
-            open_seg = self.segments[-1]
-        return open_seg
+        if self.open_seg is not None and any(self._row_source(v) in self.pending for v in n.inputs):
+            self._close()
+        if self.open_seg is None:
+            self.open_seg = _Segment()
+            self.segments.append(self.open_seg)
+            self.steps.append(("loop", self.open_seg))
+            self.open_pos = len(self.steps) - 1
+        return self.open_seg
 
     def _row_source(self, v: Value) -> Value:
         """A broadcast row vector's row value (what it reads), else ``v``."""
@@ -670,6 +687,12 @@ class _RowKernel:
         glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return glue
 
+
+# How the planner takes the ops that are not elementwise, a view or a reduction: ``plan(kernel, node)``
+# returns the node's per-row step (or None when it went into a loop).
+_PLAN_STEPS: dict[str, Callable] = {
+    "index_put_add": _RowKernel._plan_onehot,
+}
 
 # Row steps of the ops that are not one scalar statement: ``step(kernel, node, body)``.
 _ROW_STEPS: dict[str, Callable] = {
