@@ -333,3 +333,33 @@ def test_second_derivative_of_pow_matches_torch(exponent, point):
 def test_nested_grad_of_x_to_the_0_at_0_is_0():
     second = symgrad.grad(symgrad.grad(lambda x: x ** 0.0))
     assert second(np.array(0.0)) == 0.0
+
+
+def test_a_captured_numpy_array_written_between_calls_retraces_with_a_warning():
+    w = np.array([1.0, 2.0, 3.0])
+    vg = symgrad.value_and_grad(lambda x: np.sum(x * w))
+    assert vg(np.ones(3))[0] == 6.0
+    w[:] = [10.0, 20.0, 30.0]
+    with pytest.warns(UserWarning, match="constant of the trace"):
+        value, grad = vg(np.ones(3))
+    assert value == 60.0 and grad.tolist() == [10.0, 20.0, 30.0]
+    assert vg.compiled.stats()["traces"] == 2
+
+
+def test_a_captured_parameter_updated_in_place_retraces():
+    weight = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    f = symgrad.compile(lambda x: (x * weight).sum())
+    x = symgrad.tensor([1.0, 1.0])
+    assert f(x).item() == 3.0
+    with symgrad.no_grad():
+        weight -= 1.0
+    with pytest.warns(UserWarning, match="captured Tensor"):
+        assert f(x).item() == 1.0
+
+
+def test_constants_made_inside_the_function_do_not_retrace():
+    f = symgrad.compile(lambda x: (x * symgrad.tensor([2.0, 2.0]) + np.arange(2.0)).sum())
+    x = symgrad.tensor([1.0, 1.0])
+    for _ in range(3):
+        assert f(x).item() == 5.0
+    assert f.stats()["traces"] == 1

@@ -29,8 +29,11 @@ import dataclasses
 import functools
 import gc
 import inspect
+import os
+import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -241,6 +244,7 @@ class CompiledFunction:
         self.fn = fn
         self.compile_options = CompileOptions.of(**options)
         self._kernels: dict = {}
+        self._warned_captured = False
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0}
 
@@ -354,12 +358,28 @@ class CompiledFunction:
         # the options are part of the key: assigning one builds new kernels
         key = (self._guard(args), None if wrt is None else tuple(wrt), joint_kernel, self.compile_options)
         k = self._kernels.get(key)
+        if k is not None and k.graph.captured and self._captured_changed(k.graph):
+            k = None
         if k is None:
             with _gc_paused():
                 k = self._kernels[key] = self._build(args, wrt, joint_kernel)
         else:
             self._stats["cache_hits"] += 1
         return k
+
+    def _captured_changed(self, graph: Graph) -> bool:
+        """Whether an array the function read from outside its arguments was written since it was
+        traced (a constant of the trace): then the function is traced again, with one warning."""
+        if not any(c.changed() for c in graph.captured):
+            return False
+        if not self._warned_captured:
+            self._warned_captured = True
+            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            warnings.warn(f"symgrad.compile({name}): an array the function reads from outside its arguments (a "
+                          "closure, a global or a captured Tensor) changed since it was traced; it is a constant "
+                          "of the trace, so the function is traced again. Pass it as an argument instead, as "
+                          "with jax.jit.", UserWarning, stacklevel=_user_stacklevel())
+        return True
 
     # --- calling ---------------------------------------------------------------------------
     def __call__(self, *args):
@@ -524,8 +544,11 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
             plan = fast.get(key)
         except AttributeError:  # a Python number or list among the arguments
             key = plan = None
+        if plan is not None and plan[3] and any(c.changed() for c in plan[3]):
+            del fast[key]   # an outside array changed: the general path traces again
+            plan = None
         if plan is not None:
-            joint_fn, tangent, n_out = plan
+            joint_fn, tangent, n_out, _ = plan
             result = joint_fn(*args, tangent)
             stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
@@ -556,7 +579,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         result = k.joint_fn(*data, k.unit_tangent)
         if key is not None and all(a.__class__ is np.ndarray for a in args) and \
                 not any(g is None for g in result[k.n_outputs:]):
-            fast[key] = (k.joint_fn, k.unit_tangent, k.n_outputs)
+            watched = [c for c in k.graph.captured if c.ref() is not None]
+            fast[key] = (k.joint_fn, k.unit_tangent, k.n_outputs, watched)
         value, grads = result[0], list(result[k.n_outputs:])
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])
@@ -564,6 +588,15 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     run.compiled = compiled
     functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
     return run
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning that names the user's line calling into symgrad."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _differentiable_call(args) -> bool:

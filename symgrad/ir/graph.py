@@ -164,6 +164,9 @@ class Graph:
         self.outputs: list[Value | None] = []
         self.example_inputs: list[np.ndarray] = []
         self.output_kind = "tuple"   # how the traced function returned: "single" (a Tensor) or "tuple"
+        # arrays outside the arguments that became constants, with a sample of their values when
+        # traced (see symgrad.ir.tracer.CapturedArray): a later write into one makes the graph stale
+        self.captured: list = []
         self._names: dict[str, itertools.count] = {}
         self._used: set[str] = set()
 

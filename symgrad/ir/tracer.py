@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -69,6 +70,8 @@ class Tracer:
         # op on it was written through a view (views share the counter); the graph cannot follow
         self._versions: dict[int, int] = {}
         self.inputs: list[tuple[Tensor, Value]] = []
+        self.constants_from: list[np.ndarray] = []   # arrays of tensors that became constants
+        self._sources: dict[int, tuple[Tensor, np.ndarray]] = {}   # tensor -> the array it copied
         # the registry's recorder is one global: ops that other threads run meanwhile are not ours
         self.thread = threading.get_ident()
 
@@ -95,6 +98,10 @@ class Tracer:
         self.bind(alias, self._as_value(t))
         return alias
 
+    def note_source(self, t: Tensor, array: np.ndarray) -> None:
+        """``t`` was made from a copy of ``array``: if it becomes a constant, ``array`` is watched."""
+        self._sources[id(t)] = (t, array)
+
     def refuse(self, message: str):
         """Stop tracing: the eager layer met something a graph cannot express (raises TraceError)."""
         raise TraceError(f"{message} ({user_frame()})")
@@ -114,6 +121,8 @@ class Tracer:
                 "does not follow writes through views: write into the tensor itself (y[0] = ..., y.add_(...)) "
                 "or clone() the view before modifying it")
         if v is None:  # a tensor made inside the function or captured from outside: a constant
+            source = self._sources.get(id(t))
+            self.constants_from.append(source[1] if source is not None and source[0] is t else t._data)
             data = np.array(t._data, copy=True)
             node = self.graph.add_node("constant", (), [(from_numpy_dtype(data.dtype), data.shape)], data=data,
                                        name="const")
@@ -301,4 +310,31 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         raise TraceError(f"{exc} (returned at {where})") from None
     graph.output_kind = kind
     graph.outputs = [None if o is None else tracer._as_value(o) for o in outs]
+    graph.captured = [CapturedArray(a) for a in tracer.constants_from if a.size]
     return graph
+
+
+class CapturedArray:
+    """An array behind a constant of the trace, watched through a weak reference and a sample of
+    its values: arrays made during the trace are gone once it ends, so only arrays something
+    outside still holds (a closure, a global, a captured Tensor's storage) are ever compared."""
+
+    __slots__ = ("ref", "positions", "sample")
+    SAMPLE = 32
+
+    def __init__(self, array: np.ndarray) -> None:
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        self.ref = weakref.ref(root)
+        self.positions = np.unique(np.linspace(0, root.size - 1, min(root.size, self.SAMPLE)).astype(np.intp))
+        self.sample = root.reshape(-1)[self.positions].tobytes() if root.flags.c_contiguous else \
+            root.flat[self.positions].tobytes()
+
+    def changed(self) -> bool:
+        """Whether the sampled values differ now (False once the array is gone)."""
+        root = self.ref()
+        if root is None:
+            return False
+        now = root.reshape(-1)[self.positions] if root.flags.c_contiguous else root.flat[self.positions]
+        return now.tobytes() != self.sample

@@ -81,7 +81,10 @@ def as_tensor(x, dtype=None) -> Tensor:
     """``x`` as a Tensor (numbers and arrays are wrapped without recording anything)."""
     if isinstance(x, Tensor):
         return x if dtype is None or x.dtype is _dt.to_dtype(dtype) else to(x, dtype)
-    return Tensor(x, dtype=dtype)
+    t = Tensor(x, dtype=dtype)
+    if registry._recorder is not None and isinstance(x, np.ndarray):
+        registry._recorder.note_source(t, x)   # the array the tensor copies, watched by a compiled graph
+    return t
 
 
 def _operand(x):
