@@ -17,27 +17,17 @@ Profiles as in tests/test_fuzz.py: ``SYMGRAD_FUZZ=long`` compiles many more redu
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from fuzz_profile import BASE as _BASE
+from fuzz_profile import LONG, N_LONG
+from fuzz_profile import slow_when_long as _slow_when_long
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad
 
 torch = pytest.importorskip("torch")
-
-LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
-N_LONG = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "300"))
-# the default profile does not shrink (a failing example prints its whole case; shrinking recompiles)
-_BASE = dict(deadline=None, derandomize=not LONG, database=None, print_blob=True,
-             phases=[Phase.explicit, Phase.generate] + ([Phase.shrink] if LONG else []),
-             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-
-
-def _slow_when_long(test):
-    return pytest.mark.slow(test) if LONG else test
 
 
 def _np(t):

@@ -18,31 +18,16 @@ Profiles as in tests/test_fuzz.py: the default is quick, ``SYMGRAD_FUZZ=long`` r
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from fuzz_profile import examples as _examples
+from fuzz_profile import slow_when_long as _slow_when_long
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import symgrad
 
 torch = pytest.importorskip("torch")
-
-LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
-N_LONG = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "300"))
-# the default profile does not shrink (a failing example prints its whole case; shrinking recompiles)
-_BASE = dict(deadline=None, derandomize=not LONG, database=None, print_blob=True,
-             phases=[Phase.explicit, Phase.generate] + ([Phase.shrink] if LONG else []),
-             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-
-
-def _examples(default: int) -> settings:
-    return settings(max_examples=N_LONG if LONG else default, **_BASE)
-
-
-def _slow_when_long(test):
-    return pytest.mark.slow(test) if LONG else test
 
 
 def _np(t):
