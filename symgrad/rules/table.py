@@ -417,7 +417,7 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 class _FastLineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """The same with libyaml's parser when PyYAML has it (about 10x faster; its errors say less,
+    """The same with libyaml's parser when PyYAML has it (much faster; its errors say less,
     so a failure is parsed again by :class:`_LineLoader` for the message)."""
 
 
