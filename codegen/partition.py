@@ -5,7 +5,7 @@ takes the saved values and the tangents and returns the gradients.  Which values
 minimum cut, in the spirit of AOTAutograd's min-cut rematerialization partitioner: every value
 costs its size in bytes to save; cheap values (elementwise arithmetic, views) may instead be
 recomputed inside the backward's fused loops, while transcendental functions (a scalar libm call
-per element on the CPU: measured slower to redo than to read back), matmuls, reductions and
+per element on the CPU: slower to redo than to read back), matmuls, reductions and
 indexing are never recomputed.
 
 >>> import numpy as np, symgrad

@@ -157,7 +157,7 @@ def rmin(typingctx, acc, value):
 
 # Width LLVM should vectorise generated kernels to.  LLVM's tuning for recent Intel cores
 # prefers 256-bit vectors (fewer frequency drops on old Skylake-X parts); for loops made of
-# inlined elementary functions, 512-bit vectors measured 1.4x faster on this project's Xeon.
+# inlined elementary functions, 512-bit vectors are faster.
 # On a CPU without AVX-512 the hint is ignored.
 PREFERRED_VECTOR_BITS = 512
 
@@ -197,9 +197,8 @@ def distinct_arrays(typingctx):
     whose slot is free of every input the loop reads).  Without the promise, LLVM guards each
     vectorised loop with run-time checks of how close its arrays lie and runs a scalar copy of
     the loop when they are close, so the order of a reassociated sum (:func:`radd`), and with it
-    the last bits, depended on where the arrays happened to be in memory (measured: 273 of 15,920
-    placements of two arrays changed a sum).  Emits no code: it marks the pointer arguments of
-    the LLVM function being compiled.
+    the last bits, depended on where the arrays happened to be in memory.  Emits no code: it marks
+    the pointer arguments of the LLVM function being compiled.
 
     >>> @numba.njit
     ... def scaled(x, out):

@@ -41,37 +41,8 @@ rounded ones by at most one step.  (On AVX-512 the final scaling by 2^k is ``llv
 rounds once; elsewhere it is two exact-exponent factors 2^k1 * 2^k2, which round a second time for subnormal
 results.)
 
-Speed, ns per element over 1e6 elements, one thread (``NUMBA_NUM_THREADS=1``): median of 3 runs of the median
-of 21 calls each, typical arguments (``BENCH_RANGES`` in tests/test_vecmath.py; ``python tests/test_vecmath.py``
-prints the table).  Measured on this project's 2-vCPU AVX-512 Xeon while a fuzz run and other sessions' tests
-kept the load average at 4-5: absolute numbers are inflated and single cells moved up to 2x between runs; the
-columns of one row come from the same runs.  "ours": loop compiled as the generated kernels are (fastmath
-``{"contract"}``, 512-bit vectors via ``scalar_math.wide_vectors``); "ymm": plain ``@njit`` loop, LLVM's default
-256-bit vectors; "libm": Numba loop calling ``math.<f>`` (``x ** c`` for pow); "numpy": the ufunc (its own
-SVML/AVX-512 code; scipy.special.erf for erf; ``np.power(x, 2.5)`` for pow).
-
-=========  ===================================  ===================================
-function   float64: ours / ymm / libm / numpy   float32: ours / ymm / libm / numpy
-=========  ===================================  ===================================
-exp        1.11 / 1.59 /  5.1 / 0.74            0.60 / 0.66 /  2.4 / 0.50
-expm1      2.41 / 2.80 / 15.4 / 1.33            0.66 / 0.67 / 14.8 / 0.32
-log        1.20 / 1.56 /  4.7 / 1.04            0.89 / 0.95 /  2.8 / 0.47
-log1p      2.53 / 1.96 / 14.3 / 1.31            1.15 / 1.21 / 10.0 / 0.49
-sin        1.29 / 1.89 / 20.9 / 20.7            1.01 / 1.07 / 16.4 / 0.58
-cos        1.16 / 2.02 / 23.7 / 20.5            0.97 / 1.06 /  8.8 / 0.58
-tanh       4.71 / 2.48 / 20.2 / 1.55            1.20 / 1.30 / 17.1 / 0.31
-sigmoid    1.49 / 1.96 /   -  /  -              0.93 / 0.95 /   -  /  -
-erf        8.31 / 5.20 / 25.1 / 14.7            2.56 / 3.64 / 29.1 / 19.0
-pow        4.01 / 6.41 / 10.8 / 2.40            2.27 / 2.36 /  4.9 / 0.97
-=========  ===================================  ===================================
-
-(In single runs with less interference, float64 tanh took 1.9 and erf 4.6 ns "ours"; the medians above for those
-two are the noisiest cells.  The table predates exp's ``vscalefpd`` scaling on AVX-512, which took a float64
-exp loop from 0.78 to 0.64 ns per element of compute in a quiet A/B run, and the functions built on exp with
-it.)  Against the scalar libm loop the vector functions are 2-22x faster (pow 2-3x, the
-rest 3-22x); against numpy's SIMD ufuncs they are 1.2-2x slower in float64 (tanh 1.2-3x across runs; sin/cos
-16x faster: numpy runs them scalar in float64; erf 2-3x faster than scipy's), and 1.2-4x slower in float32,
-where numpy uses 16 float32 lanes and we 8 float64 ones.
+Speed: ``python tests/test_vecmath.py`` prints ns per element of each function against the scalar libm
+loop and numpy's ufuncs; a recorded table is in ``benchmarks/results/vecmath.md``.
 
 Vector code (``inspect_asm`` of the loops, 512-bit): zmm ``vfmadd213pd``/``vfmadd231pd`` chains, ``vrndscalepd``
 (llvm.rint), ``vscalefpd`` (llvm.ldexp: exp's 2^k), ``vpsllq``/``vpsraq``/``vpaddq`` on the exponent bits,
@@ -90,17 +61,15 @@ result is selected separately), because arithmetic on subnormals costs a microco
 Huge sin/cos arguments: ``vsin``/``vcos`` reduce the argument with pi/2 split into three doubles and FMA, which
 is accurate for ``|x| <= SIN_COS_LIMIT_F64`` (resp. ``_F32``).  Beyond that a lane would need an exact
 (Payne-Hanek) reduction.  A libm fallback inside the function cannot work: LLVM's vectoriser speculates a
-conditional ``sin`` call and performs it for every lane (measured: four scalar calls per vector of four), so the
-fast path would lose its speed.  The check is therefore the *caller's*: a loop using ``vsin``/``vcos`` also
+conditional ``sin`` call and performs it for every lane, so the fast path would lose its speed.  The check is
+therefore the *caller's*: a loop using ``vsin``/``vcos`` also
 or-reduces ``sincos_out_of_range_f64(arg)`` (vectorises) and, if any lane was out of range, the caller reruns
 that loop with libm (``math.sin``).  For such lanes ``vsin``/``vcos`` return nan (loud if a caller forgets the
 check; numpy gives nan for nan and +-inf, which are not flagged).
 
 Compile cost: Numba inlines an ``inline="always"`` function by deep-copying its IR and re-running passes at each
 call site, which dominated compile time; so the small helpers (float<->int, 2^k, TwoSum, Horner) are intrinsics
-and the public float64 functions are the implementations themselves.  Measured (first compile in a warm process,
-light load): a loop of one function 0.15-0.25 s (a plain ``np.exp`` loop: 0.06 s); a W1-like loop body with sin,
-exp, log1p, tanh and cos 0.77 s (0.98 s before those changes); pow about 0.7 s.
+and the public float64 functions are the implementations themselves.
 """
 
 from __future__ import annotations
@@ -714,7 +683,7 @@ def vsigmoid_f64(x):
     e = _exp64(-abs(x))
     num = 1.0 if x >= 0.0 else e
     # 1 + e as d_hi + d_lo (exact: 1 >= e), q ~ num / d_hi, then one Newton step on num / (d_hi + d_lo): the
-    # rounding of 1 + e and of the quotient no longer add up (2.03 ulp before, measured).
+    # rounding of 1 + e and of the quotient no longer add up.
     d_hi = 1.0 + e
     d_lo = (1.0 - d_hi) + e
     inv = 1.0 / d_hi
