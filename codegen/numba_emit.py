@@ -80,14 +80,14 @@ from .row_kernel import emit_row_kernel
 MATH_MODES = ("vector", "libm")
 
 # Under parallel="auto", loops of at least this many elements run on Numba's threads (when it
-# has more than one): below it, waking the thread pool costs more than it saves.  Measured on
-# this project's 2-vCPU VM, two threads only paid at 1e7 elements (W1: 0.91x the serial kernel).
+# has more than one): below it, waking the thread pool costs more than it saves (the threshold
+# comes from the parallel rows of the benchmark suite).
 PARALLEL_MIN_ELEMENTS = 1 << 22
 
 # At most this many inlined vector elementary functions per kernel; a loop with more keeps libm
 # calls.  Numba inlines each call site separately and its compile time and memory grow faster than
-# linearly with their number (measured: 9 call sites 2.2 s, 15 3.2 s, 30 7.5 s and 450 MiB; a
-# chain of 1000 ops, about 750 sites, ran out of 24 GiB).  W1's joint kernel has 9.
+# linearly with their number (a chain of hundreds of ops would exhaust memory); W1's joint kernel
+# has 9.
 MAX_VECTOR_CALLS = 16
 
 
@@ -179,8 +179,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             return rows
     names = _value_names(graph)
     # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
-    # (16 lanes; SVML on AVX-512), codegen.vecmath's float32 variants compute in float64, and measured
-    # 2-4x slower than numpy's (W3 f32: tanh inline made the whole call 1.4x slower than offloaded)
+    # (16 lanes; SVML on AVX-512), while codegen.vecmath's float32 variants compute in float64 and are
+    # slower than numpy's
     groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
     scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
@@ -527,8 +527,8 @@ def _pair_sin_cos(nodes: list) -> list:
     """The loop's nodes with each sin/cos of an argument moved next to the first sin/cos of that
     argument (when its inputs are ready there).
 
-    sin and cos share their range reduction; side by side, LLVM computes it once for both
-    (W1's joint loop: 8.1 -> 7.3 ms), while twenty nodes apart it did not.
+    sin and cos share their range reduction; side by side, LLVM computes it once for both, while
+    twenty nodes apart it does not.
     """
     def sincos_args(n) -> set:
         e = n.expr
