@@ -158,6 +158,9 @@ class _RowKernel:
             raise _Unsupported
         self.rows, self.cols = two_d[0]
         self.nodes = _decompose_softmax(graph.nodes)
+        # the graph's inputs: a placeholder may still name the node that computed it in another graph
+        # (a forward's output the backward reads), so ``producer`` does not tell an input
+        self.inputs = set(graph.placeholders)
         self.names = {v.name: _ident(v.name) for v in graph.placeholders}
         for n in self.nodes:
             for o in n.outputs:
@@ -220,11 +223,27 @@ class _RowKernel:
                 self._place(step, n.inputs)
         if not any(self._after_reduction(seg) for seg in self.segments):
             raise _Unsupported   # one pass over the batch: the fuser's loops do the same
+        for n in self.nodes:
+            if n.outputs[0].dtype.np == np.bool_ and n.is_elementwise and \
+                    any(self._rounded_extreme(v) for v in n.inputs):
+                raise _Unsupported
         for o in outputs:
-            if o.producer is None:
+            if o in self.inputs:
                 continue   # an input the graph returns (a forward saving it): the glue passes it on
             if self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and self.seg_of.get(o) is None):
                 raise _Unsupported
+
+    def _rounded_extreme(self, v: Value) -> bool:
+        """Whether ``v`` is (a view of) a row's max or min of a computed float32 row vector.  The loop
+        reduces that vector's values as computed (in float64 where an operand is one) and stores them
+        rounded to float32, so comparing a stored value with the max or min is not the comparison of
+        eager's float32 values (``x == x.amax()`` can be false in every column)."""
+        while v not in self.inputs and _alias(v.producer.op) and v.producer.inputs:
+            v = v.producer.inputs[0]
+        if v in self.inputs or _row_reduction(v.producer.op) not in ("amax", "amin"):
+            return False
+        x = v.producer.inputs[0]
+        return x not in self.inputs and x.dtype.np == np.float32
 
     def _classify(self, n):
         """Set the kind of ``n``'s output; put ``n`` in a loop, ``pre`` or ``post``, or return its
@@ -308,7 +327,7 @@ class _RowKernel:
             if k != R or self.kind.get(x) != V:
                 raise _Unsupported
             self._index_of(n.args[1])
-            if x.producer is not None and self.seg_of.get(x) is not None:
+            if x not in self.inputs and self.seg_of.get(x) is not None:
                 self.gathered.add(x)          # read from its row buffer, after its loop
                 if self.seg_of[x] is self.open_seg:
                     self._close()
@@ -370,7 +389,7 @@ class _RowKernel:
 
     def _row_source(self, v: Value) -> Value:
         """A broadcast row vector's row value (what it reads), else ``v``."""
-        while v.producer is not None and self.kind.get(v) == V and self.seg_of.get(v, 1) is None:
+        while v not in self.inputs and self.kind.get(v) == V and self.seg_of.get(v, 1) is None:
             v = v.producer.inputs[0]
         return v
 
@@ -425,12 +444,12 @@ class _RowKernel:
         for seg in self.segments:
             for n in seg.nodes + seg.reductions:
                 for v in n.inputs:
-                    if self.kind.get(v) == V and self.seg_of.get(v) not in (None, seg) and v.producer is not None:
+                    if self.kind.get(v) == V and self.seg_of.get(v) not in (None, seg) and v not in self.inputs:
                         later[v] = f"row_{names[v.name]}"
         for v in self.gathered:
             later[v] = f"row_{names[v.name]}"
         self.params = [names[v.name] for v in g.placeholders]
-        self.computed = [v for v in outputs if v.producer is not None]
+        self.computed = [v for v in outputs if v not in self.inputs]
         self.out_params = {v: f"out_{names[v.name].rstrip('_')}" for v in self.computed if self.kind[v] in (R, V)}
         self.totals = {n.outputs[0]: f"total_{names[n.outputs[0].name].rstrip('_')}" for n in self.nodes
                        if _full_reduction(n.op) and n.outputs[0].shape == ()}
@@ -510,7 +529,7 @@ class _RowKernel:
         idx = self._index_of(n.args[1])
         body += self._index_lines(idx, _PAD)
         x, names, later = n.args[0], self.names, self.later
-        src = f"{names[x.name]}[i, {self.index_vars[idx]}]" if x.producer is None else \
+        src = f"{names[x.name]}[i, {self.index_vars[idx]}]" if x in self.inputs else \
             f"{later[x]}[{self.index_vars[idx]}]" if x in later else self.local[x.name]
         body.append(f"{_PAD}{self.local[n.outputs[0].name]} = {src}")
 
@@ -538,7 +557,7 @@ class _RowKernel:
         reads = []
         for n in seg.nodes + seg.reductions:
             for v in n.inputs:
-                if self.kind.get(v) == V and v.producer is None and v not in reads:
+                if self.kind.get(v) == V and v in self.inputs and v not in reads:
                     reads.append(v)
         for v in reads:
             local[v.name] = f"{names[v.name].rstrip('_')}_ij"
@@ -678,8 +697,8 @@ class _RowKernel:
                     f"{self.cols} (row {{bad_row}})')")
         rets = []
         for v in g.outputs:
-            if v is None or v.producer is None or v in out_params:
-                rets.append("None" if v is None else names[v.name] if v.producer is None else out_params[v])
+            if v is None or v in self.inputs or v in out_params:
+                rets.append("None" if v is None else names[v.name] if v in self.inputs else out_params[v])
             elif v.dtype.np != np.float64:   # the kernel's scalars are float64: the output keeps its dtype
                 rets.append(f"np.asarray({self.local[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
             else:
