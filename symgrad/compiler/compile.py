@@ -533,8 +533,6 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     stats = compiled._stats
 
     def run(*args):
-        if _differentiable_call(args):
-            return _value_and_grad_recorded(fn, args, nums, many)
         try:
             if len(args) == 1:
                 a = args[0]
@@ -547,11 +545,13 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         if plan is not None and plan[3] and any(c.changed() for c in plan[3]):
             del fast[key]   # an outside array changed: the general path traces again
             plan = None
-        if plan is not None:
+        if plan is not None:   # numpy arrays only: nothing to record
             joint_fn, tangent, n_out, _ = plan
             result = joint_fn(*args, tangent)
             stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
+        if _differentiable_call(args):
+            return _value_and_grad_recorded(fn, args, nums, many)
         arrays = tuple(np.asarray(a, dtype=np.float64) if isinstance(a, (list, float, int)) and i in nums
                        else a for i, a in enumerate(args))
         positions = [i for i, a in enumerate(arrays) if isinstance(a, (Tensor, np.ndarray))]
