@@ -82,6 +82,14 @@ def compute_suffix(n) -> str:
     return "f32" if dtype.np == np.float32 else "f64"
 
 
+def rounded_to_dtype(n, code: str) -> str:
+    """``code`` rounded to float32 when the node's value is float32.  A loop computes in float64 where
+    a constant or a libm call promotes; eager rounds every float32 result, so an unrounded value would
+    differ from the one saved in the forward (``x == x.amax()`` false in every column, ``sign(x - max)``
+    not 0 at the max): each float32 node is rounded where it is computed, as eager rounds it."""
+    return f"np.float32({code})" if n.outputs[0].dtype.np == np.float32 else code
+
+
 @dataclass
 class NumbaEmitted:
     """The glue source, one decorated kernel source per group, and how to compile them."""

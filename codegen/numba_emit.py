@@ -72,6 +72,7 @@ from .kernel_common import (
     decorator,
     generic_arg,
     lift_constants,
+    rounded_to_dtype,
     scalar_namespace,
     vector_imports,
 )
@@ -701,7 +702,7 @@ class _LoopKernel:
             args = ", ".join(generic_arg(a, self.constants, code) for a in n.args)
             short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
             lines.append(f"{indent}# %{o.name}: {short}[{', '.join(self.sizes)}] = {n.op}({args})")
-            lines.append(f"{indent}{local[o.name]} = {code}")
+            lines.append(f"{indent}{local[o.name]} = {rounded_to_dtype(n, code)}")
             for check in printer.checks[seen:]:
                 lines.append(f"{indent}{self.flag} = {self.flag} | {check}")
             if o.name in out_names:

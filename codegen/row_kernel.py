@@ -13,7 +13,8 @@ of the 2-D placeholders:
 
 * values of shape ``(rows, cols)`` (row vectors), ``(rows,)`` or ``(rows, 1)`` (one number per row)
   and ``()`` (scalars); floating-point values float64 or float32 (float32 ones computed as in the fused
-  loops: the vector functions' float32 versions, float64 where a constant promotes, rounded where stored);
+  loops: the vector functions' float32 versions, float64 where a constant promotes, every node's value
+  rounded to float32 as eager rounds it);
 * elementwise ops, ``where``, ``detach``, views and broadcasts among them; row reductions
   (``sum``/``mean``/``amax``/``amin`` over dim 1); full ``sum``/``mean`` reductions as outputs;
 * ``x[arange(rows), idx]`` on a 2-D input (one element per row) and its gradient, an
@@ -54,6 +55,7 @@ from .kernel_common import (
     decorator,
     generic_arg,
     lift_constants,
+    rounded_to_dtype,
     scalar_namespace,
     vector_imports,
 )
@@ -223,27 +225,11 @@ class _RowKernel:
                 self._place(step, n.inputs)
         if not any(self._after_reduction(seg) for seg in self.segments):
             raise _Unsupported   # one pass over the batch: the fuser's loops do the same
-        for n in self.nodes:
-            if n.outputs[0].dtype.np == np.bool_ and n.is_elementwise and \
-                    any(self._rounded_extreme(v) for v in n.inputs):
-                raise _Unsupported
         for o in outputs:
             if o in self.inputs:
                 continue   # an input the graph returns (a forward saving it): the glue passes it on
             if self.kind.get(o) not in (S, R, V) or (self.kind[o] == V and self.seg_of.get(o) is None):
                 raise _Unsupported
-
-    def _rounded_extreme(self, v: Value) -> bool:
-        """Whether ``v`` is (a view of) a row's max or min of a computed float32 row vector.  The loop
-        reduces that vector's values as computed (in float64 where an operand is one) and stores them
-        rounded to float32, so comparing a stored value with the max or min is not the comparison of
-        eager's float32 values (``x == x.amax()`` can be false in every column)."""
-        while v not in self.inputs and _alias(v.producer.op) and v.producer.inputs:
-            v = v.producer.inputs[0]
-        if v in self.inputs or _row_reduction(v.producer.op) not in ("amax", "amin"):
-            return False
-        x = v.producer.inputs[0]
-        return x not in self.inputs and x.dtype.np == np.float32
 
     def _classify(self, n):
         """Set the kind of ``n``'s output; put ``n`` in a loop, ``pre`` or ``post``, or return its
@@ -459,8 +445,8 @@ class _RowKernel:
         self.printer.suffix = compute_suffix(n)
         lower = _SCALAR_CODE.get(n.op)
         if lower is not None:
-            return lower(n, self.local, self.printer, self.constants)
-        return self.printer.doprint(lift_constants(n.expr, self.constants))
+            return rounded_to_dtype(n, lower(n, self.local, self.printer, self.constants))
+        return rounded_to_dtype(n, self.printer.doprint(lift_constants(n.expr, self.constants)))
 
     def _comment(self, n) -> str:
         # sizes stay out of the kernel's text (and so out of its cache key): n0 rows, n1 columns
@@ -587,7 +573,7 @@ class _RowKernel:
                 continue
             value = f"{acc} / n1" if how == "mean" else acc
             local[o.name] = names[o.name]
-            body.append(f"{pad}{names[o.name]} = {value}  # {r.op} of row i")
+            body.append(f"{pad}{names[o.name]} = {rounded_to_dtype(r, value)}  # {r.op} of row i")
         for n, h in self.fixups.items():
             if n in seg.nodes:
                 idx, _ = self.onehot[h]
@@ -615,7 +601,8 @@ class _RowKernel:
                     if _full_reduction(n.op) == "mean" else None
                 self.local[o.name] = self.names[o.name]
                 total = self.totals[o]
-                after.append(f"    {self.local[o.name]} = {total + ' / (' + count + ')' if count else total}")
+                value = f"{total} / ({count})" if count else total
+                after.append(f"    {self.local[o.name]} = {rounded_to_dtype(n, value)}")
         self._scalar_steps(self.post, after)
         return after
 

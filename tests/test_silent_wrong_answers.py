@@ -363,3 +363,28 @@ def test_constants_made_inside_the_function_do_not_retrace():
     for _ in range(3):
         assert f(x).item() == 5.0
     assert f.stats()["traces"] == 1
+
+
+def _normalise_then_shift_by_the_max(x):
+    x = x / (1.0 + symgrad.abs(x).sum(dim=1, keepdim=True))
+    x = x - x.amax(dim=1, keepdim=True)
+    return x / (1.0 + symgrad.abs(x).sum(dim=1, keepdim=True))
+
+
+@pytest.mark.parametrize("math", ["libm", "vector"])
+@pytest.mark.parametrize("scalar_loss", ["joint", "split"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 5)])
+def test_float32_kernels_compare_with_a_saved_max_as_eager_does(shape, scalar_loss, math):
+    """A float32 value a kernel recomputes must be the one eager (and the forward) rounded to float32:
+    compared with its saved row max unrounded, no column was the max and the gradient was 0/0 = NaN."""
+    r = np.random.default_rng(0)
+    x = (2.0 * r.standard_normal(shape)).astype(np.float32)
+    g = r.standard_normal(shape).astype(np.float32)
+    want_t = symgrad.tensor(x, requires_grad=True)
+    _normalise_then_shift_by_the_max(want_t).backward(symgrad.tensor(g))
+    f = symgrad.compile(_normalise_then_shift_by_the_max, scalar_loss=scalar_loss, math=math)
+    for _ in range(2):
+        t = symgrad.tensor(x, requires_grad=True)
+        f(t).backward(symgrad.tensor(g))
+        assert t.grad.dtype == symgrad.float32
+        np.testing.assert_allclose(t.grad.numpy(), want_t.grad.numpy(), rtol=1e-4, atol=1e-6)
