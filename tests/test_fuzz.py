@@ -34,13 +34,13 @@ here becomes a named test in tests/test_reliability.py.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import re
 import time
 from dataclasses import dataclass
 
+import fuzz_profile
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -893,13 +893,10 @@ def _profile(dtype_name: str) -> settings:
 
 
 def _write_report() -> None:
-    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran so far, per dtype (for the README's
-    table); rewritten after every program, so a run stopped by a time limit still reports."""
-    path = os.environ.get("SYMGRAD_FUZZ_REPORT")
-    if path:
-        with open(path + ".part", "w") as f:
-            json.dump({"profile": "long" if LONG else "default", **STATS}, f, indent=1)
-        os.replace(path + ".part", path)
+    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran so far, per dtype, with how many had
+    finite-difference checks (see tests/fuzz_profile.py)."""
+    fuzz_profile.EXTRA["random_programs"] = STATS
+    fuzz_profile.write_report()
 
 
 def _slow_when_long(test):
@@ -907,6 +904,7 @@ def _slow_when_long(test):
 
 
 @_slow_when_long
+@pytest.mark.skipif(not fuzz_profile.runs_dtype("float64"), reason="SYMGRAD_FUZZ_DTYPE=float32")
 @_profile("float64")
 @given(programs())
 def test_random_programs_float64(prog):
@@ -914,6 +912,7 @@ def test_random_programs_float64(prog):
 
 
 @_slow_when_long
+@pytest.mark.skipif(not fuzz_profile.runs_dtype("float32"), reason="SYMGRAD_FUZZ_DTYPE=float64")
 @_profile("float32")
 @given(programs())
 def test_random_programs_float32(prog):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fuzz_profile import BASE as _BASE
-from fuzz_profile import LONG, N_LONG
+from fuzz_profile import LONG, N_LONG, record, runs_dtype
 from fuzz_profile import slow_when_long as _slow_when_long
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -195,6 +195,7 @@ COMPILED_REDUCTION_CASES = [c for c in REDUCTION_CASES if c[1] != "prod"]
 
 
 @_slow_when_long
+@pytest.mark.skipif(not runs_dtype("float64"), reason="float64 programs")
 @settings(max_examples=N_LONG if LONG else 4, **_BASE)
 @given(st.sampled_from(COMPILED_REDUCTION_CASES), st.sampled_from(["numba", "numba", "numpy"]),
        st.sampled_from(["joint", "split"]))
@@ -202,6 +203,7 @@ def test_reductions_of_one_and_zero_elements_compiled_match_torch(case, backend,
     shape, op, dim, keepdim = case
     errors = _check_compiled(shape, _reduction_code(op, dim, keepdim), backend, strategy)
     assert not errors, "\n".join(errors)
+    record("reductions_of_one_and_zero_elements", "float64")
 
 
 def test_a_loss_over_zero_rows_compiles_like_numpy():

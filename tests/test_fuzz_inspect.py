@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import pytest
+from fuzz_profile import dtype_names, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import _BASE, LONG, LONG_EXAMPLES, Program, assert_close, programs
@@ -144,10 +145,11 @@ def _slow_when_long(test):
 
 @_slow_when_long
 @_profile(DEFAULT_EXAMPLES)
-@given(prog=programs(max_steps=6), dtype_name=st.sampled_from(["float64", "float64", "float32"]),
+@given(prog=programs(max_steps=6), dtype_name=dtype_names("float64", "float64", "float32"),
        no_cache=st.booleans(), as_json=st.booleans())
 def test_inspect_works_on_random_programs(prog, dtype_name, no_cache, as_json, tmp_path_factory, capsys):
     run_inspect(prog, dtype_name, tmp_path_factory.mktemp("inspect"), capsys, no_cache, as_json)
+    record("inspect", dtype_name)
 
 
 INSPECT_KNOWN = {

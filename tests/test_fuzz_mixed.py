@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fuzz_profile import examples as _examples
+from fuzz_profile import record, runs_dtype
 from fuzz_profile import slow_when_long as _slow_when_long
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -159,10 +160,12 @@ def test_index_and_mask_arguments_change_between_calls(name):
 
 
 @_slow_when_long
+@pytest.mark.skipif(not runs_dtype("float64"), reason="float64 programs")
 @_examples(4)
 @given(index_programs())
 def test_random_programs_with_index_and_mask_arguments(prog):
     run_index_program(*prog)
+    record("index_and_mask_arguments", "float64")
 
 
 # --- mixed int/bool/float steps against torch ----------------------------------------------------------
@@ -320,6 +323,7 @@ def _torch_ok(code, v, i, j, k) -> bool:
 
 
 @_slow_when_long
+@pytest.mark.skipif(not runs_dtype("float64"), reason="float64 programs")
 @_examples(25)
 @given(mixed_expr(), st.sampled_from([(4,), (2, 3)]), st.sampled_from([None, None, "numpy", "numba"]),
        st.integers(0, 2 ** 32 - 1))
@@ -331,3 +335,4 @@ def test_random_mixed_expressions_match_torch(expr, shape, backend, seed):
         errors = _run_both(code, v, i, j, k, compiled_backend=backend, cotangent_seed=seed)
     assert not errors, f"{code}  (v={v.tolist()}, i={i.tolist()}, j={j.tolist()}, k={k.tolist()})\n" + \
         "\n".join(errors)
+    record("mixed_int_bool_float", "float64")

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 import pytest
+from fuzz_profile import dtype_names, record
 from workloads import w5
 
 import symgrad
@@ -265,6 +266,8 @@ def _row_program(steps, final):
 
 
 _LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
+# (rtol, atol) of a compiled row program against eager, per dtype: float32 sums run in another order
+_TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-5)}
 
 
 @pytest.mark.parametrize("seed", range(3 if _LONG else 1))
@@ -278,16 +281,20 @@ def test_random_row_losses_match_eager(seed):
     @settings(max_examples=60 if _LONG else 4, deadline=None, derandomize=not _LONG, database=None)
     @given(steps=st.lists(st.sampled_from(sorted(ROW_STEPS)), min_size=1, max_size=4),
            final=st.sampled_from(sorted(ROW_FINALS)), rows=st.sampled_from([3, 7]), cols=st.sampled_from([2, 5]),
-           data_seed=st.integers(0, 2**16))
-    def check(steps, final, rows, cols, data_seed):
+           data_seed=st.integers(0, 2**16), dtype_name=dtype_names("float64", "float32"))
+    def check(steps, final, rows, cols, data_seed, dtype_name):
         r = np.random.default_rng(data_seed + 1000 * seed)
-        L = 2.0 * r.standard_normal((rows, cols))
+        L = (2.0 * r.standard_normal((rows, cols))).astype(dtype_name)
         labels = r.integers(-cols, cols, rows)
         fn = _row_program(steps, final)
         value, grad = symgrad.value_and_grad(fn)(L, labels)
         want_value, want_grad = _eager(fn, L, labels)
-        np.testing.assert_allclose(value, want_value, rtol=1e-9, atol=1e-12, err_msg=fn.__name__)
-        np.testing.assert_allclose(grad, want_grad, rtol=1e-8, atol=1e-12, err_msg=fn.__name__)
+        rtol, atol = _TOLERANCES[dtype_name]
+        where = f"{fn.__name__} {dtype_name}"
+        assert grad.dtype == L.dtype, where
+        np.testing.assert_allclose(value, want_value, rtol=rtol, atol=atol, err_msg=where)
+        np.testing.assert_allclose(grad, want_grad, rtol=10 * rtol, atol=atol, err_msg=where)
+        record("row_losses", dtype_name)
 
     check()
 
@@ -322,7 +329,8 @@ def _check_row_vjp(fn, L_batches, cotangents, **options):
     """``symgrad.compile(fn, **options)`` then ``backward(G)`` with a random cotangent G, against eager, on
     every batch (same shape: the second batch reuses the kernels)."""
     compiled = symgrad.compile(fn, **options)
-    where = f"{fn.__name__} {options}"
+    rtol, atol = _TOLERANCES[L_batches[0].dtype.name]
+    where = f"{fn.__name__} {L_batches[0].dtype} {options}"
     for L, G in zip(L_batches, cotangents):
         want_t = symgrad.tensor(L, requires_grad=True)
         want = fn(want_t)
@@ -332,9 +340,10 @@ def _check_row_vjp(fn, L_batches, cotangents, **options):
         assert tuple(out.shape) == tuple(want.shape), where
         assert out.dtype == want.dtype, where
         out.backward(symgrad.tensor(G))
-        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12,
+        assert t.grad.dtype == want_t.grad.dtype, where
+        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=atol,
                                    err_msg=f"value: {where}")
-        np.testing.assert_allclose(t.grad.numpy(), want_t.grad.numpy(), rtol=1e-8, atol=1e-12,
+        np.testing.assert_allclose(t.grad.numpy(), want_t.grad.numpy(), rtol=10 * rtol, atol=atol,
                                    err_msg=f"gradient: {where}")
 
 
@@ -367,13 +376,15 @@ def test_random_row_vjps_match_eager(seed):
     @given(steps=st.lists(st.sampled_from(sorted(ROW_STEPS)), min_size=0, max_size=3),
            head=st.sampled_from(sorted(ROW_HEADS)), rows=st.sampled_from([1, 3, 7]), cols=st.sampled_from([1, 2, 5]),
            strategy=st.sampled_from(["joint", "split"]), math=st.sampled_from(["vector", "vector", "libm"]),
-           parallel=st.sampled_from([False, False, True] if _LONG else [False]), data_seed=st.integers(0, 2**16))
-    def check(steps, head, rows, cols, strategy, math, parallel, data_seed):
+           parallel=st.sampled_from([False, False, True] if _LONG else [False]), data_seed=st.integers(0, 2**16),
+           dtype_name=dtype_names("float64", "float32"))
+    def check(steps, head, rows, cols, strategy, math, parallel, data_seed, dtype_name):
         r = np.random.default_rng(data_seed + 1000 * seed)
         fn = _row_vjp_program(steps, head)
-        L = [2.0 * r.standard_normal((rows, cols)) for _ in range(2)]
+        L = [(2.0 * r.standard_normal((rows, cols))).astype(dtype_name) for _ in range(2)]
         out_shape = tuple(fn(symgrad.tensor(L[0])).shape)
-        G = [r.standard_normal(out_shape) for _ in range(2)]
+        G = [r.standard_normal(out_shape).astype(dtype_name) for _ in range(2)]
         _check_row_vjp(fn, L, G, scalar_loss=strategy, math=math, parallel=parallel)
+        record("row_vjps", dtype_name)
 
     check()
