@@ -873,7 +873,8 @@ def run_program(prog: Program, dtype_name: str) -> None:
         STATS[dtype_name]["gradchecks"] += 1
     STATS[dtype_name]["examples"] += 1
     STATS[dtype_name]["seconds"] += time.perf_counter() - t0
-    _write_report()
+    fuzz_profile.EXTRA["random_programs"] = STATS
+    fuzz_profile.record("random_programs", dtype_name)
 
 
 # --- profiles ----------------------------------------------------------------------------------
@@ -890,13 +891,6 @@ LONG_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "100000"))
 def _profile(dtype_name: str) -> settings:
     n = LONG_EXAMPLES if LONG else DEFAULT_EXAMPLES[dtype_name]
     return settings(max_examples=n, **_BASE)
-
-
-def _write_report() -> None:
-    """``SYMGRAD_FUZZ_REPORT=file.json``: how many programs ran so far, per dtype, with how many had
-    finite-difference checks (see tests/fuzz_profile.py)."""
-    fuzz_profile.EXTRA["random_programs"] = STATS
-    fuzz_profile.write_report()
 
 
 def _slow_when_long(test):

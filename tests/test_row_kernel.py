@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from fuzz_profile import dtype_names, record
+from fuzz_profile import N_LONG, dtype_names, record
 from workloads import w5
 
 import symgrad
@@ -274,11 +274,11 @@ _TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-5)}
 def test_random_row_losses_match_eager(seed):
     """Random pipelines of row steps and a final reduction: compiled (a row kernel where the graph reads a
     reduced row again, the fused loops otherwise) against eager autograd, value and gradient.  The CI profile
-    runs 4 programs, ``SYMGRAD_FUZZ=long`` 3 x 60 (all passed on the commit that added this test)."""
+    runs 4 programs, ``SYMGRAD_FUZZ=long`` 3 x ``SYMGRAD_FUZZ_EXAMPLES``."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=60 if _LONG else 4, deadline=None, derandomize=not _LONG, database=None)
+    @settings(max_examples=N_LONG if _LONG else 4, deadline=None, derandomize=not _LONG, database=None)
     @given(steps=st.lists(st.sampled_from(sorted(ROW_STEPS)), min_size=1, max_size=4),
            final=st.sampled_from(sorted(ROW_FINALS)), rows=st.sampled_from([3, 7]), cols=st.sampled_from([2, 5]),
            data_seed=st.integers(0, 2**16), dtype_name=dtype_names("float64", "float32"))
@@ -368,11 +368,11 @@ def test_random_row_vjps_match_eager(seed):
     """Random row pipelines whose output is the matrix, a value per row or a kept-dim column, with a random
     cotangent (``backward(G)``): compiled with ``scalar_loss`` joint and split, ``math`` vector and libm,
     serial (and, in the long profile, parallel), against eager.  The CI profile runs 5 programs,
-    ``SYMGRAD_FUZZ=long`` 3 x 60."""
+    ``SYMGRAD_FUZZ=long`` 3 x ``SYMGRAD_FUZZ_EXAMPLES``."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=60 if _LONG else 5, deadline=None, derandomize=not _LONG, database=None)
+    @settings(max_examples=N_LONG if _LONG else 5, deadline=None, derandomize=not _LONG, database=None)
     @given(steps=st.lists(st.sampled_from(sorted(ROW_STEPS)), min_size=0, max_size=3),
            head=st.sampled_from(sorted(ROW_HEADS)), rows=st.sampled_from([1, 3, 7]), cols=st.sampled_from([1, 2, 5]),
            strategy=st.sampled_from(["joint", "split"]), math=st.sampled_from(["vector", "vector", "libm"]),
