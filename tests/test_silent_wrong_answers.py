@@ -388,3 +388,20 @@ def test_float32_kernels_compare_with_a_saved_max_as_eager_does(shape, scalar_lo
         f(t).backward(symgrad.tensor(g))
         assert t.grad.dtype == symgrad.float32
         np.testing.assert_allclose(t.grad.numpy(), want_t.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["arrays", "tensors"])
+def test_value_and_grad_of_a_count_is_a_type_error_naming_the_dtype(recorded):
+    """``np.sum(x > 0)`` is an integer: no gradient (jax.grad refuses it too), not a crash in the kernel."""
+    x = np.array([1.0, -2.0, 3.0])
+    arg = symgrad.tensor(x, requires_grad=True) if recorded else x
+    with pytest.raises(TypeError, match=r"returns a int64 value .*np.sum\(x > 0\).*no gradient"):
+        symgrad.value_and_grad(lambda v: np.sum(v > 0))(arg)
+    value, grad = symgrad.value_and_grad(lambda v: np.sum(np.where(v > 0, 1.0, 0.0)))(arg)
+    assert float(value) == 2.0 and np.asarray(grad).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_value_and_grad_of_tensors_with_a_constant_loss_gives_zero_gradients():
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    value, grad = symgrad.value_and_grad(lambda v: (v * 0 + 1).detach().sum())(x)
+    assert value.item() == 2.0 and grad.tolist() == [0.0, 0.0] and grad.dtype == x.dtype

@@ -45,10 +45,10 @@ from codegen.partition import Partition, partition
 from ..autograd import anomaly, engine
 from ..autograd.grad_mode import STATE, enable_grad
 from ..autograd.node import ERR_BACKWARD_TWICE, Node
+from ..creation import zeros_like
 from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import first_nan
 from ..ir.tracer import trace
-from ..ops import functional as F
 from ..ops import registry
 from ..tensor import Tensor, gradient_edge
 from . import build_cache, logs
@@ -576,6 +576,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         if out_value is None or out_value.shape != ():
             shape = None if out_value is None else out_value.shape
             raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
+        if not out_value.dtype.is_floating_point:
+            raise TypeError(_not_differentiable_output(out_value.dtype))
         result = k.joint_fn(*data, k.unit_tangent)
         if key is not None and all(a.__class__ is np.ndarray for a in args) and \
                 not any(g is None for g in result[k.n_outputs:]):
@@ -588,6 +590,12 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     run.compiled = compiled
     functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
     return run
+
+
+def _not_differentiable_output(dtype) -> str:
+    return (f"value_and_grad: the function returns a {dtype.name} value (a count or a comparison, such as "
+            f"np.sum(x > 0)), which has no gradient; return a floating-point value, e.g. "
+            f"np.sum(np.where(x > 0, 1.0, 0.0)) or a float loss")
 
 
 def _user_stacklevel() -> int:
@@ -633,11 +641,13 @@ def _value_and_grad_recorded(fn: Callable, args: tuple, nums: list[int], many: b
         if not isinstance(value, Tensor) or value.shape != ():
             shape = getattr(value, "shape", None)
             raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
+        if not value.dtype.is_floating_point:
+            raise TypeError(_not_differentiable_output(value.dtype))
         if value.requires_grad:
             grads = engine.grad([value], [leaves[i] for i in nums], create_graph=True, allow_unused=True)
         else:  # a constant of the arguments (the gradient of x ** 0, say)
             grads = [None] * len(nums)
-    grads = [F.zeros_like(leaves[i]) if g is None else g for g, i in zip(grads, nums)]
+    grads = [zeros_like(leaves[i]) if g is None else g for g, i in zip(grads, nums)]
     return value, (tuple(grads) if many else grads[0])
 
 
