@@ -1383,5 +1383,13 @@ def _index_arg(idx):
     return idx
 
 
+# === numpy surface: elementwise (ufuncs, scipy.special, rounding) ===
 
 
+# === numpy surface: shape, assembly and indexing ===
+
+
+# === numpy surface: reductions, scans and sorting ===
+
+
+# === numpy surface: linear algebra ===

@@ -405,6 +405,26 @@ _FUNCTIONS = {
 }
 
 
+def numpy_functions(*funcs):
+    """Decorator: ``handler`` runs the numpy functions ``funcs`` on tensors (numpy's signature).
+
+    The handlers of the numpy surface live in :mod:`symgrad.ops.numpy_surface`, one module per family."""
+    def register(handler):
+        for f in funcs:
+            _FUNCTIONS[f] = handler
+        return handler
+    return register
+
+
+def numpy_ufuncs(*ufuncs):
+    """Decorator: ``handler`` runs the ufuncs (or scipy.special ufuncs) ``ufuncs`` on tensors."""
+    def register(handler):
+        for u in ufuncs:
+            _UFUNCS[u] = handler
+        return handler
+    return register
+
+
 def array_function(self, func, types, args, kwargs):
     """``Tensor.__array_function__``: run a numpy function as the matching symgrad op(s).
 
@@ -441,5 +461,6 @@ def supported_functions() -> list[str]:
 
 def install(cls=Tensor) -> None:
     """Put the two protocol methods on ``cls`` (done by ``symgrad.ops.methods.attach``)."""
+    from . import numpy_surface  # noqa: F401 - registers the handlers of each family
     cls.__array_ufunc__ = array_ufunc
     cls.__array_function__ = array_function

@@ -1,0 +1,1 @@
+"""Elementwise ufuncs (numpy and scipy.special) and rounding."""

@@ -1,0 +1,1 @@
+"""Linear algebra: einsum, tensordot, numpy.linalg."""

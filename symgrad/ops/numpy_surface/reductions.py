@@ -1,0 +1,1 @@
+"""Reductions, scans and sorting: cumsum, diff, sort, argmax, average, nan-reductions, ..."""

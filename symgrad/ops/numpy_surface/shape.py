@@ -1,0 +1,1 @@
+"""Shape, assembly and indexing functions: flip, roll, tile, pad, stacks, splits, take, ..."""

@@ -1,0 +1,122 @@
+"""The numpy usage table's harness: one row per (numpy function x argument pattern), checked the same way.
+
+A row is a :class:`Usage`: a function written in plain numpy (``lambda x: np.cumsum(x, axis=1)``) and a
+builder of its arguments.  :func:`check` runs it
+
+* with plain numpy arrays: the reference value;
+* eagerly, on symgrad tensors that require grad (the numpy function reaches symgrad through
+  ``__array_function__`` / ``__array_ufunc__``), unless the row only makes sense on numpy-face values
+  (``eager=False``: method forms such as ``x.max(axis=1)``, whose torch-face meaning differs);
+* compiled: ``symgrad.value_and_grad`` of ``sum(f(*args) * weights)`` called with the numpy arrays
+  (the traced values then follow numpy), value against numpy;
+* gradients (rows with ``grad=True``): eager and compiled against central finite differences of the
+  plain-numpy function, and, with ``second_order=True``, ``gradgradcheck`` of the eager function.
+
+Rows whose result has no gradient (``argsort``, ``bincount``) set ``grad=False``: their values are checked,
+eagerly and compiled.  Arguments are float64 numpy arrays unless the builder makes them otherwise; the
+positions in ``wrt`` are differentiated (floating-point arrays only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import symgrad
+
+
+@dataclass(frozen=True)
+class Usage:
+    name: str                                  # how the row reads, e.g. "np.cumsum(x, axis=1)"
+    fn: Callable                               # plain numpy code
+    args: Callable[[np.random.Generator], tuple]
+    wrt: tuple = (0,)
+    grad: bool = True                          # False: no gradient (integer or piecewise-constant result)
+    second_order: bool = True
+    eager: bool = True                         # False: only on numpy-face (traced) values
+    compiled: bool = True
+    rtol: float = 1e-6
+    atol: float = 1e-8
+
+
+def params(usages: list[Usage]):
+    """``pytest.mark.parametrize`` arguments: one case per row, named by the row."""
+    names = [u.name for u in usages]
+    assert len(set(names)) == len(names), "two rows have the same name"
+    return pytest.mark.parametrize("usage", usages, ids=names)
+
+
+def _weights(value, rng) -> np.ndarray:
+    return rng.standard_normal(np.shape(value))
+
+
+def _loss(fn, weights):
+    def loss(*a):
+        return np.sum(fn(*a) * weights)
+    return loss
+
+
+def _finite_differences(f, args, wrt, eps=1e-6) -> list[np.ndarray]:
+    grads = []
+    for i in wrt:
+        x = np.array(args[i], dtype=np.float64)
+        g = np.zeros_like(x)
+        flat, gflat = x.reshape(-1), g.reshape(-1)
+        for j in range(flat.size):
+            orig = flat[j]
+            flat[j] = orig + eps
+            plus = f(*[x if k == i else a for k, a in enumerate(args)])
+            flat[j] = orig - eps
+            minus = f(*[x if k == i else a for k, a in enumerate(args)])
+            flat[j] = orig
+            gflat[j] = (plus - minus) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def _as_array(v) -> np.ndarray:
+    if isinstance(v, symgrad.Tensor):
+        return v.detach().numpy()
+    return np.asarray(v)
+
+
+def check(usage: Usage, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    args = usage.args(rng)
+    want = np.asarray(usage.fn(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args]))
+    weights = _weights(want, rng)
+    tol = dict(rtol=usage.rtol, atol=usage.atol)
+    differentiate = usage.grad and want.dtype.kind == "f"
+    fd = _finite_differences(_loss(usage.fn, weights), args, usage.wrt) if differentiate else None
+
+    if usage.eager:
+        leaves = [symgrad.tensor(a, requires_grad=(i in usage.wrt and differentiate))
+                  if isinstance(a, np.ndarray) else a for i, a in enumerate(args)]
+        got = usage.fn(*leaves)
+        np.testing.assert_allclose(_as_array(got), want, err_msg=f"{usage.name}: eager value", **tol)
+        assert _as_array(got).dtype == want.dtype, f"{usage.name}: eager dtype {_as_array(got).dtype}, numpy {want.dtype}"
+        if differentiate:
+            (got * symgrad.tensor(weights)).sum().backward()
+            for i, g in zip(usage.wrt, fd):
+                assert leaves[i].grad is not None, f"{usage.name}: eager gradient of argument {i} is None"
+                np.testing.assert_allclose(leaves[i].grad.numpy(), g, rtol=1e-4, atol=1e-6,
+                                           err_msg=f"{usage.name}: eager gradient of argument {i} vs finite differences")
+            if usage.second_order:
+                fresh = [symgrad.tensor(a, requires_grad=(i in usage.wrt)) if isinstance(a, np.ndarray) else a
+                         for i, a in enumerate(args)]
+                assert symgrad.autograd.gradgradcheck(lambda *t: usage.fn(*t), fresh, atol=1e-5, rtol=1e-3), \
+                    f"{usage.name}: second derivatives"
+
+    if usage.compiled:
+        if differentiate:
+            value, grads = symgrad.value_and_grad(_loss(usage.fn, weights), argnums=tuple(usage.wrt))(*args)
+            np.testing.assert_allclose(value, np.sum(want * weights), err_msg=f"{usage.name}: compiled value", **tol)
+            for i, g, f in zip(usage.wrt, grads, fd):
+                np.testing.assert_allclose(g, f, rtol=1e-4, atol=1e-6,
+                                           err_msg=f"{usage.name}: compiled gradient of argument {i} vs finite differences")
+        else:
+            got = symgrad.compile(usage.fn)(*args)
+            np.testing.assert_allclose(_as_array(got), want, err_msg=f"{usage.name}: compiled value", **tol)
