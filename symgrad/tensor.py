@@ -74,6 +74,12 @@ def gradient_edge(t: Tensor) -> tuple:
     return (None, 0)
 
 
+def is_numpy_face(t) -> bool:
+    """Whether ``t`` follows numpy's semantics rather than PyTorch's: a value traced for a function that
+    was given numpy arrays (method signatures, promotion, negative-step slices)."""
+    return getattr(t, "_numpy_face", False)
+
+
 class Tensor:
     """A multi-dimensional array that records the operations applied to it.
 
@@ -88,6 +94,7 @@ class Tensor:
     _accumulate = None
     _retains_grad = False
     _vc = None  # the VersionCounter, created when first needed (most temporaries never need one)
+    _numpy_face = False  # see is_numpy_face
 
     # numpy must defer to Tensor's reflected operators (np.float64(2) * t -> Tensor.__rmul__)
     __array_priority__ = 1000
