@@ -135,15 +135,18 @@ def run_index_program(cols, lines, backend, strategy, seed, calls=3):
         want = fn(t, symgrad.tensor(idx), symgrad.tensor(mask))
         want.backward()
         want_grad = t.grad.numpy()
+        # the compiled kernels' tanh/exp differ from numpy's by an ulp, and 1 - tanh(x)**2 near saturation
+        # cancels it into a larger relative error: an absolute tolerance on the gradient's scale
+        atol = 1e-12 * max(1.0, float(np.abs(want_grad).max(initial=0.0)))
         t2 = symgrad.tensor(v, requires_grad=True)
         got = compiled(t2, symgrad.tensor(idx), symgrad.tensor(mask))
         got.backward()
         np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12, err_msg=f"compiled value, {where}")
-        np.testing.assert_allclose(t2.grad.numpy(), want_grad, rtol=1e-12, atol=1e-14,
+        np.testing.assert_allclose(t2.grad.numpy(), want_grad, rtol=1e-12, atol=atol,
                                    err_msg=f"compiled gradient, {where}")
         value, grad = vg(v, idx, mask)
         np.testing.assert_allclose(value, want.item(), rtol=1e-12, err_msg=f"value_and_grad value, {where}")
-        np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14,
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=atol,
                                    err_msg=f"value_and_grad gradient, {where}")
 
 
