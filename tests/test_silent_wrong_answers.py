@@ -405,3 +405,20 @@ def test_value_and_grad_of_tensors_with_a_constant_loss_gives_zero_gradients():
     x = symgrad.tensor([1.0, 2.0], requires_grad=True)
     value, grad = symgrad.value_and_grad(lambda v: (v * 0 + 1).detach().sum())(x)
     assert value.item() == 2.0 and grad.tolist() == [0.0, 0.0] and grad.dtype == x.dtype
+
+
+@pytest.mark.parametrize("base, exponent", [
+    ([2, 3, -1, 1, 0, -1], [-1, -2, -3, -2, -1, -4]),
+    ([True, False, True], [-3, 2, -1]),
+    (2, [-1, 2, 0]),
+    (-1, [-1, -2, 3]),
+])
+def test_integer_powers_with_negative_integer_exponents_follow_torch(base, exponent):
+    """numpy refuses integers to negative integer powers; torch answers 1, -1 or 0 (eager and compiled)."""
+    torch = pytest.importorskip("torch")
+    want = (torch.tensor(base) if isinstance(base, list) else base) ** torch.tensor(exponent)
+    got = (symgrad.tensor(base) if isinstance(base, list) else base) ** symgrad.tensor(exponent)
+    assert got.tolist() == want.tolist() and str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    if isinstance(base, list):
+        compiled = symgrad.compile(lambda b, e: b ** e)(symgrad.tensor(base), symgrad.tensor(exponent))
+        assert compiled.tolist() == want.tolist()

@@ -166,11 +166,28 @@ def reciprocal(input) -> Tensor:
 def pow(input, exponent) -> Tensor:
     """``input ** exponent``: PowBackward0 (number exponent), 1 (tensor), 2 (number base)."""
     a, e = _operand(input), _operand(exponent)
+    if isinstance(e, Tensor) and not e.dtype.is_floating_point and (
+            (isinstance(a, Tensor) and not a.dtype.is_floating_point) or (isinstance(a, int))):
+        return _integer_pow(a, e)
     if not isinstance(a, Tensor):
         return _call("pow.Scalar", a, e)
     if isinstance(e, Tensor):
         return _call("pow.Tensor_Tensor", a, e)
     return _call("pow.Tensor_Scalar", a, e)
+
+
+def _integer_pow(base, exponent: Tensor) -> Tensor:
+    """Integer ``base ** exponent`` with PyTorch's answer for negative exponents (numpy refuses them): 1 for a base
+    of 1, +-1 for -1 (by the exponent's parity), else 0.  Written with ops, so traces and kernels agree."""
+    natural = exponent >= 0
+    safe = where(natural, exponent, 0)
+    powers = _call("pow.Tensor_Tensor", base, safe) if isinstance(base, Tensor) else _call("pow.Scalar", base, safe)
+    parity = where(remainder(exponent, 2) != 0, -1, 1)
+    if isinstance(base, Tensor):
+        negative_powers = where(base == 1, 1, where(base == -1, parity, 0))
+    else:
+        negative_powers = {1: parity * 0 + 1, -1: parity}.get(builtins.int(base), parity * 0)
+    return where(natural, powers, negative_powers).to(powers.dtype)
 
 
 def square(input) -> Tensor:
