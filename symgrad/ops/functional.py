@@ -1393,3 +1393,280 @@ def _index_arg(idx):
 
 
 # === numpy surface: linear algebra ===
+
+# Real linear algebra (symgrad.linalg.* and numpy.linalg.* build on these), einsum, tensordot, kron.
+
+@forward("linalg_inv")
+def _linalg_inv_fwd(A):
+    return np.linalg.inv(A)
+
+
+@forward("linalg_det")
+def _linalg_det_fwd(A):
+    return np.asarray(np.linalg.det(A))
+
+
+@forward("linalg_slogdet")
+def _linalg_slogdet_fwd(A):
+    sign, logabsdet = np.linalg.slogdet(A)
+    return np.asarray(sign), np.asarray(logabsdet)
+
+
+@forward("linalg_solve", dtype_rule="promote")
+def _linalg_solve_fwd(A, B):
+    return np.linalg.solve(A, B)
+
+
+@forward("linalg_cholesky")
+def _linalg_cholesky_fwd(A, upper=False):
+    return np.linalg.cholesky(A, upper=upper)
+
+
+@forward("linalg_eigh")
+def _linalg_eigh_fwd(A, UPLO="L"):
+    w, v = np.linalg.eigh(A, UPLO=UPLO)
+    return w, v
+
+
+@forward("linalg_svd")
+def _linalg_svd_fwd(A):
+    u, s, vh = np.linalg.svd(A, full_matrices=False)
+    return u, s, vh
+
+
+@forward("linalg_qr")
+def _linalg_qr_fwd(A):
+    q, r = np.linalg.qr(A, mode="reduced")
+    return q, r
+
+
+def _linalg_operand(x, op: str, square: bool = True) -> Tensor:
+    """A floating tensor of at least 2 dims (square when the op needs it), or PyTorch's error."""
+    t = as_tensor(x)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: Expected a floating point tensor as input. Got {t.dtype.name}")
+    if t.ndim < 2:
+        raise RuntimeError(f"{op}: The input tensor A must have at least 2 dimensions.")
+    if square and t.shape[-1] != t.shape[-2]:
+        raise RuntimeError(f"{op}: A must be batches of square matrices, but they are "
+                           f"{t.shape[-2]} by {t.shape[-1]} matrices")
+    return t
+
+
+def linalg_inv(A) -> Tensor:
+    """Inverse of a square matrix or a stack of them."""
+    return _call("linalg_inv", _linalg_operand(A, "linalg.inv"))
+
+
+def linalg_det(A) -> Tensor:
+    """Determinant of a square matrix or a stack of them."""
+    return _call("linalg_det", _linalg_operand(A, "linalg.det"))
+
+
+def linalg_slogdet(A) -> tuple:
+    """``(sign, log|det|)``; only ``log|det|`` is differentiable."""
+    return _call("linalg_slogdet", _linalg_operand(A, "linalg.slogdet"))
+
+
+def linalg_solve(A, B) -> Tensor:
+    """``X`` with ``A @ X = B``; a 1-D ``B`` is a vector (as in numpy 2 and PyTorch)."""
+    a = _linalg_operand(A, "linalg.solve")
+    b = as_tensor(B)
+    if b.ndim == 1:
+        if b.shape[0] != a.shape[-1]:
+            raise RuntimeError(f"linalg.solve: incompatible shapes of A {list(a.shape)} and B {list(b.shape)}")
+        return squeeze(_call("linalg_solve", a, unsqueeze(b, 1)), -1)
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
+        raise RuntimeError(f"linalg.solve: incompatible shapes of A {list(a.shape)} and B {list(b.shape)}")
+    return _call("linalg_solve", a, b)
+
+
+def linalg_cholesky(A, *, upper: bool = False) -> Tensor:
+    """Cholesky factor of a symmetric positive-definite matrix (reads the lower triangle, or the upper)."""
+    return _call("linalg_cholesky", _linalg_operand(A, "linalg.cholesky"), bool(upper))
+
+
+def linalg_eigh(A, UPLO: str = "L") -> tuple:
+    """Eigenvalues (ascending) and eigenvectors of a symmetric matrix (reads the ``UPLO`` triangle)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return _call("linalg_eigh", _linalg_operand(A, "linalg.eigh"), UPLO)
+
+
+def linalg_svd(A) -> tuple:
+    """The reduced SVD ``(U, S, Vh)`` of a matrix or a stack of them."""
+    return _call("linalg_svd", _linalg_operand(A, "linalg.svd", square=False))
+
+
+def linalg_qr(A) -> tuple:
+    """The reduced QR ``(Q, R)`` of a matrix or a stack of them."""
+    return _call("linalg_qr", _linalg_operand(A, "linalg.qr", square=False))
+
+
+def _mT(x: Tensor) -> Tensor:
+    return transpose(x, -2, -1)
+
+
+def _const_like(arr: np.ndarray, like: Tensor) -> Tensor:
+    return Tensor._wrap(np.asarray(arr, dtype=like._data.dtype))
+
+
+def _eye_like(n: int, like: Tensor) -> Tensor:
+    return _const_like(np.eye(n), like)
+
+
+def _diag_embed(v: Tensor) -> Tensor:
+    return unsqueeze(v, -1) * _eye_like(v.shape[-1], v)
+
+
+def _read_triangle_grad(G: Tensor, upper: bool) -> Tensor:
+    """The gradient w.r.t. A of a function of the symmetric matrix built from one triangle of A.
+
+    ``G`` gives the derivative along symmetric directions; an entry off the diagonal of the read
+    triangle stands for two mirrored entries (so both of G's add up), the other triangle is never read."""
+    n = G.shape[-1]
+    strict = np.triu(np.ones((n, n)), 1) if upper else np.tril(np.ones((n, n)), -1)
+    return (G + _mT(G)) * _const_like(strict, G) + G * _eye_like(n, G)
+
+
+def linalg_inv_backward(grad: Tensor, result: Tensor) -> Tensor:
+    Rt = _mT(result)
+    return neg(matmul(matmul(Rt, grad), Rt))
+
+
+def linalg_det_backward(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
+    scale = unsqueeze(unsqueeze(grad * result, -1), -1)
+    return scale * _mT(linalg_inv(A))
+
+
+def linalg_slogdet_backward(grads, A: Tensor) -> Tensor:
+    g = grads[1] if len(grads) > 1 else None
+    if g is None:
+        return A * 0.0
+    return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(A))
+
+
+def linalg_solve_backward_B(grad: Tensor, A: Tensor) -> Tensor:
+    return _call("linalg_solve", _mT(A), grad)
+
+
+def linalg_solve_backward_A(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
+    return neg(matmul(linalg_solve_backward_B(grad, A), _mT(result)))
+
+
+def linalg_cholesky_backward(grad: Tensor, result: Tensor, upper: bool) -> Tensor:
+    # PyTorch's cholesky_backward: gA = L^-T phi(L^T gL) L^-1, symmetrised; phi takes the lower
+    # triangle with the diagonal halved
+    L, gL = (_mT(result), _mT(grad)) if upper else (result, grad)
+    n = L.shape[-1]
+    phi = matmul(_mT(L), gL) * _const_like(np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n), L)
+    left = _call("linalg_solve", _mT(L), phi)                       # L^-T phi
+    gA = _mT(_call("linalg_solve", _mT(L), _mT(left)))              # (L^-T phi) L^-1
+    return _read_triangle_grad((gA + _mT(gA)) * 0.5, upper)
+
+
+def linalg_eigh_backward(grads, eigenvalues: Tensor, eigenvectors: Tensor, UPLO: str) -> Tensor:
+    gL = grads[0]
+    gV = grads[1] if len(grads) > 1 else None
+    L, V = eigenvalues, eigenvectors
+    n = L.shape[-1]
+    inner = None
+    if gL is not None:
+        inner = _diag_embed(gL)
+    if gV is not None:
+        # F_ij = 1 / (L_j - L_i) off the diagonal, 0 on it (distinct eigenvalues)
+        eye = _eye_like(n, L)
+        F = _const_like(1.0 - np.eye(n), L) / (unsqueeze(L, -2) - unsqueeze(L, -1) + eye)
+        term = F * matmul(_mT(V), gV)
+        inner = term if inner is None else inner + term
+    if inner is None:
+        return V * 0.0
+    return _read_triangle_grad(matmul(matmul(V, inner), _mT(V)), UPLO == "U")
+
+
+def linalg_svd_backward(grads, U: Tensor, S: Tensor, Vh: Tensor) -> Tensor:
+    gU, gS, gVh = (list(grads) + [None] * 3)[:3]
+    m, n, k = U.shape[-2], Vh.shape[-1], S.shape[-1]
+    core = None
+    if gS is not None:
+        core = _diag_embed(gS)
+    S_row, S_col = unsqueeze(S, -2), unsqueeze(S, -1)
+    gV = None if gVh is None else _mT(gVh)
+    if gU is not None or gVh is not None:
+        # the rotations of U and V: skew parts over E_ij = s_j^2 - s_i^2 (distinct singular values)
+        S2 = S * S
+        E = unsqueeze(S2, -2) - unsqueeze(S2, -1) + _eye_like(k, S)
+        term = None
+        if gU is not None:
+            UtgU = matmul(_mT(U), gU)
+            term = (UtgU - _mT(UtgU)) * S_row
+        if gV is not None:
+            VtgV = matmul(Vh, gV)
+            t2 = S_col * (VtgV - _mT(VtgV))
+            term = t2 if term is None else term + t2
+        term = term / E
+        core = term if core is None else core + term
+    gA = matmul(matmul(U, core), Vh) if core is not None else None
+    if gU is not None and m > k:   # the part of gU outside U's columns
+        gUS = gU / S_row
+        extra = matmul(gUS - matmul(U, matmul(_mT(U), gUS)), Vh)
+        gA = extra if gA is None else gA + extra
+    if gV is not None and n > k:   # the part of gV outside V's columns
+        gVS = gV / S_row
+        extra = matmul(U, _mT(gVS - matmul(_mT(Vh), matmul(Vh, gVS))))
+        gA = extra if gA is None else gA + extra
+    return gA if gA is not None else matmul(U, Vh) * 0.0
+
+
+def linalg_qr_backward(grads, Q: Tensor, R: Tensor) -> Tensor:
+    gQ = grads[0]
+    gR = grads[1] if len(grads) > 1 else None
+    m, n = Q.shape[-2], R.shape[-1]
+    if m < n:
+        raise ValueError(f"numpy.linalg.qr: the gradient of the QR of a wide matrix ({m} x {n}, fewer rows than "
+                         "columns) is not supported")
+    M = None
+    if gR is not None:
+        M = matmul(R, _mT(gR))
+    if gQ is not None:
+        M = neg(matmul(_mT(gQ), Q)) if M is None else M - matmul(_mT(gQ), Q)
+    if M is None:
+        return matmul(Q, R) * 0.0
+    k = M.shape[-1]
+    lower = M * _const_like(np.tril(np.ones((k, k)), -1), M)
+    sym = lower + _mT(lower) + M * _eye_like(k, M)       # the lower triangle copied to the upper
+    B = matmul(Q, sym)
+    if gQ is not None:
+        B = B + gQ
+    return _mT(_call("linalg_solve", R, _mT(B)))             # B R^-T
+
+
+def _array_args(fn):
+    """The numpy form of a backward helper: the same composition of ops, run on arrays."""
+    def wrap(v):
+        if isinstance(v, np.ndarray) or isinstance(v, np.generic) or (isinstance(v, float) and
+                                                                         not isinstance(v, builtins.bool)):
+            return Tensor._wrap(np.asarray(v))
+        if isinstance(v, (list, tuple)):
+            return [wrap(x) for x in v]
+        return v
+
+    def run(*args):
+        from ..autograd.grad_mode import no_grad
+        with no_grad():
+            out = fn(*[wrap(a) for a in args])
+        return out._data if isinstance(out, Tensor) else out
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def _register_linalg_helpers() -> None:
+    from . import formula_namespaces
+    for helper in (linalg_inv_backward, linalg_det_backward, linalg_slogdet_backward, linalg_solve_backward_A,
+                   linalg_solve_backward_B, linalg_cholesky_backward, linalg_eigh_backward, linalg_svd_backward,
+                   linalg_qr_backward):
+        formula_namespaces.register(helper.__name__, _array_args(helper), helper)
+
+
+_register_linalg_helpers()
