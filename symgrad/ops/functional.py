@@ -13,6 +13,7 @@ itself; the forwards registered here are for structural ops.
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 import numpy as np
@@ -1670,3 +1671,238 @@ def _register_linalg_helpers() -> None:
 
 
 _register_linalg_helpers()
+
+
+def _contract_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[Tensor, str]:
+    """Contract two einsum operands as one (batched) matrix product; ``keep``: letters still needed."""
+    batch = [c for c in sa if c in sb and c in keep]
+    summed = [c for c in sa if c in sb and c not in keep]
+    free_a = [c for c in sa if c not in sb]
+    free_b = [c for c in sb if c not in sa]
+    size = {c: a.shape[i] for i, c in enumerate(sa)}
+    size.update({c: b.shape[i] for i, c in enumerate(sb)})
+
+    def n(letters):
+        return int(np.prod([size[c] for c in letters], dtype=np.int64))
+
+    def arrange(t, s, order, shape):
+        perm = [s.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            t = permute(t, perm)
+        return reshape(t, shape) if tuple(t.shape) != shape else t
+
+    lead = (n(batch),) if batch else ()
+    left = arrange(a, sa, batch + free_a + summed, lead + (n(free_a), n(summed)))
+    right = arrange(b, sb, batch + summed + free_b, lead + (n(summed), n(free_b)))
+    out = matmul(left, right)
+    letters = batch + free_a + free_b
+    return reshape(out, tuple(size[c] for c in letters)), "".join(letters)
+
+
+def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
+    """Take the diagonal over every letter repeated within one operand (``ii``, ``bii``)."""
+    for c in dict.fromkeys(s):
+        pos = [i for i, x in enumerate(s) if x == c]
+        if len(pos) == 1:
+            continue
+        sizes = {t.shape[p] for p in pos}
+        if len(sizes) != 1:
+            raise ValueError(f"einsum: subscript {c!r} is repeated for dimensions of different sizes "
+                             f"{sorted(sizes)}")
+        rest = [i for i in range(len(s)) if i not in pos]
+        t = permute(t, rest + pos)
+        ar = np.arange(t.shape[-1])
+        t = getitem(t, (Ellipsis,) + (ar,) * len(pos))
+        s = "".join(s[i] for i in rest) + c
+    return t, s
+
+
+def einsum(equation, *operands) -> Tensor:
+    """Einstein summation, any subscripts numpy accepts (implicit output, ``...``, repeated indices).
+
+    The contraction order comes from ``opt_einsum``; each pairwise contraction is one matrix product
+    (after permute/reshape), so gradients and compiled code are those of matmul, sum and indexing."""
+    import opt_einsum
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    ts = [as_tensor(o) for o in operands]
+    if not ts:
+        raise ValueError("einsum(): must provide at least one operand")
+    shapes = [tuple(t.shape) for t in ts]
+    try:
+        inputs, output, _ = opt_einsum.parser.parse_einsum_input([equation.replace(" ", ""), *shapes], shapes=True)
+    except ValueError as exc:
+        raise ValueError(f"einsum: {exc}") from None
+    subs = inputs.split(",")
+    if len(subs) != len(ts):
+        raise ValueError(f"einsum: {len(subs)} subscripts for {len(ts)} operands")
+    size: dict[str, int] = {}
+    for t, s in zip(ts, subs):
+        if len(s) != t.ndim:
+            raise ValueError(f"einsum: operand has {t.ndim} dimensions but subscripts {s!r} name {len(s)}")
+        for c, d in zip(s, t.shape):
+            if size.get(c, 1) not in (1, d) and d != 1:
+                raise ValueError(f"einsum: subscript {c!r} has sizes {size[c]} and {d}, which do not broadcast")
+            size[c] = builtins.max(size.get(c, 1), d)
+    # broadcast size-1 dimensions (numpy allows it under the ellipsis)
+    ts = [expand(t, tuple(size[c] for c in s)) if tuple(t.shape) != tuple(size[c] for c in s) else t
+          for t, s in zip(ts, subs)]
+    ops = []
+    for k, (t, s) in enumerate(zip(ts, subs)):
+        t, s = _einsum_diagonal(t, s)
+        others = set(output).union(*(subs[j] for j in range(len(subs)) if j != k))
+        lonely = [i for i, c in enumerate(s) if c not in others]
+        if lonely:   # summed letters that no other operand shares: sum them now
+            t = sum(t, tuple(lonely))
+            s = "".join(c for i, c in enumerate(s) if i not in lonely)
+        ops.append((t, s))
+    if len(ops) > 1:
+        path, _ = opt_einsum.contract_path(",".join(s for _, s in ops) + "->" + output,
+                                           *[tuple(t.shape) for t, _ in ops], shapes=True, optimize="auto")
+        for pair in path:
+            picked = [ops[i] for i in pair]
+            ops = [o for i, o in enumerate(ops) if i not in pair]
+            keep = set(output).union(*(s for _, s in ops))
+            t, s = picked[0]
+            for t2, s2 in picked[1:]:
+                t, s = _contract_pair(t, s, t2, s2, keep)
+            ops.append((t, s))
+    t, s = ops[0]
+    extra = [i for i, c in enumerate(s) if c not in output]
+    if extra:
+        t = sum(t, tuple(extra))
+        s = "".join(c for i, c in enumerate(s) if i not in extra)
+    if s != output:
+        t = permute(t, [s.index(c) for c in output])
+    return t
+
+
+def tensordot(a, b, dims=2) -> Tensor:
+    """Sum products over the last ``dims`` axes of ``a`` and the first of ``b``, or over the axes
+    given as a pair of lists; one matrix product after permute/reshape."""
+    x, y = as_tensor(a), as_tensor(b)
+    if isinstance(dims, (int, np.integer)):
+        if dims < 0 or dims > builtins.min(x.ndim, y.ndim):
+            raise ValueError(f"tensordot: cannot contract {dims} axes of arrays of {x.ndim} and {y.ndim} dimensions")
+        axes_a, axes_b = list(range(x.ndim - dims, x.ndim)), list(range(dims))
+    else:
+        try:
+            axes_a, axes_b = dims
+        except (TypeError, ValueError):
+            raise TypeError("tensordot: axes must be an int or a pair of axis sequences") from None
+        axes_a = [axes_a] if isinstance(axes_a, (int, np.integer)) else list(axes_a)
+        axes_b = [axes_b] if isinstance(axes_b, (int, np.integer)) else list(axes_b)
+        if len(axes_a) != len(axes_b):
+            raise ValueError("tensordot: shape-mismatch for sum (the two axis lists differ in length)")
+        axes_a = [_check_dim(int(d), x.ndim, "tensordot") for d in axes_a]
+        axes_b = [_check_dim(int(d), y.ndim, "tensordot") for d in axes_b]
+    for i, j in zip(axes_a, axes_b):
+        if x.shape[i] != y.shape[j]:
+            raise ValueError(f"tensordot: shape-mismatch for sum (axis {i} of size {x.shape[i]} and axis {j} "
+                             f"of size {y.shape[j]})")
+    free_a = [i for i in range(x.ndim) if i not in axes_a]
+    free_b = [j for j in range(y.ndim) if j not in axes_b]
+    k = int(np.prod([x.shape[i] for i in axes_a], dtype=np.int64))
+    left = reshape(permute(x, free_a + axes_a) if x.ndim else x, (-1, k))
+    right = reshape(permute(y, axes_b + free_b) if y.ndim else y, (k, -1))
+    return reshape(matmul(left, right), tuple(x.shape[i] for i in free_a) + tuple(y.shape[j] for j in free_b))
+
+
+def kron(input, other) -> Tensor:
+    """Kronecker product (numpy's: the shorter shape is padded with leading ones)."""
+    a, b = as_tensor(input), as_tensor(other)
+    nd = builtins.max(a.ndim, b.ndim)
+    sa = (1,) * (nd - a.ndim) + tuple(a.shape)
+    sb = (1,) * (nd - b.ndim) + tuple(b.shape)
+    a2 = reshape(a, tuple(v for d in sa for v in (d, 1)))
+    b2 = reshape(b, tuple(v for d in sb for v in (1, d)))
+    return reshape(a2 * b2, tuple(p * q for p, q in zip(sa, sb)))
+
+
+def inner(input, other) -> Tensor:
+    """Sum of products over the last axes (a number operand multiplies)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        return mul(a, b)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"inner: last dimensions differ ({a.shape[-1]} and {b.shape[-1]})")
+    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 1]))
+
+
+def vdot(input, other) -> Tensor:
+    """Dot product of the flattened operands (real: no conjugation)."""
+    a, b = reshape(as_tensor(input), (-1,)), reshape(as_tensor(other), (-1,))
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"vdot: operands have {a.shape[0]} and {b.shape[0]} elements")
+    return dot(a, b)
+
+
+def linalg_matrix_power(A, n: int) -> Tensor:
+    """``A`` multiplied by itself ``n`` times (a negative ``n`` powers the inverse)."""
+    t = _linalg_operand(A, "linalg.matrix_power")
+    if not isinstance(n, (int, np.integer)) or isinstance(n, builtins.bool):
+        raise TypeError(f"linalg.matrix_power: the exponent must be an integer, got {type(n).__name__}")
+    n = int(n)
+    if n == 0:   # the identity, still a function of A (with gradient zero)
+        return t * 0.0 + _eye_like(t.shape[-1], t)
+    base = linalg_inv(t) if n < 0 else t
+    result, n = None, builtins.abs(n)
+    while n:   # binary powering: O(log n) products
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
+    """The ``ord``-norm over ``dim`` (all dims by default) of the flattened values."""
+    t = as_tensor(x)
+    dims = tuple(range(t.ndim)) if dim is None else _dims_arg(dim, t.ndim, "linalg.vector_norm")
+    if isinstance(ord, str):
+        raise ValueError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
+    ord = float(ord)
+    if ord == 2:
+        return sqrt(sum(t * t, dims, keepdim))
+    if ord == math.inf:
+        return amax(abs(t), dims, keepdim)
+    if ord == -math.inf:
+        return amin(abs(t), dims, keepdim)
+    if ord == 1:
+        return sum(abs(t), dims, keepdim)
+    if ord == 0:   # the number of nonzero entries: no gradient
+        return sum(to(ne(t, 0.0), t.dtype), dims, keepdim)
+    return pow(sum(pow(abs(t), ord), dims, keepdim), 1.0 / ord)
+
+
+def linalg_svdvals(A) -> Tensor:
+    """Singular values, descending."""
+    return linalg_svd(A)[1]
+
+
+def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False) -> Tensor:
+    """Matrix norms over the two axes ``dim``: 'fro', 'nuc', 1, -1, 2, -2, inf, -inf."""
+    t = as_tensor(A)
+    if len(dim) != 2:
+        raise ValueError(f"linalg.matrix_norm: dim must name two axes, got {dim!r}")
+    r, c = (_check_dim(int(d), t.ndim, "linalg.matrix_norm") for d in dim)
+    if r == c:
+        raise ValueError("linalg.matrix_norm: the two axes must differ")
+    if ord == "fro":
+        return sqrt(sum(t * t, (r, c), keepdim))
+    if ord in (1, -1, math.inf, -math.inf):
+        # 1: the largest column sum of |A|, inf: the largest row sum
+        summed, over = (r, c) if ord in (1, -1) else (c, r)
+        reduce = amax if ord > 0 else amin
+        out = reduce(sum(abs(t), summed, True), over, True)
+        return out if keepdim else squeeze(out, (r, c))
+    if ord in ("nuc", 2, -2):
+        rest = [i for i in range(t.ndim) if i not in (r, c)]
+        s = linalg_svdvals(permute(t, rest + [r, c]))
+        out = sum(s, -1) if ord == "nuc" else (amax if ord == 2 else amin)(s, -1)
+        if keepdim:
+            for d in sorted((r, c)):
+                out = unsqueeze(out, d)
+        return out
+    raise ValueError(f"linalg.matrix_norm: invalid norm order {ord!r} for matrices")
