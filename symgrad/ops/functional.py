@@ -13,7 +13,7 @@ itself; the forwards registered here are for structural ops.
 from __future__ import annotations
 
 import builtins
-import math
+import math as _math
 import numbers
 
 import numpy as np
@@ -1696,7 +1696,8 @@ def _contract_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[T
     right = arrange(b, sb, batch + summed + free_b, lead + (n(summed), n(free_b)))
     out = matmul(left, right)
     letters = batch + free_a + free_b
-    return reshape(out, tuple(size[c] for c in letters)), "".join(letters)
+    shape = tuple(size[c] for c in letters)
+    return (reshape(out, shape) if tuple(out.shape) != shape else out), "".join(letters)
 
 
 def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
@@ -1715,6 +1716,11 @@ def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
         t = getitem(t, (Ellipsis,) + (ar,) * len(pos))
         s = "".join(s[i] for i in rest) + c
     return t, s
+
+
+def _first_position(s: str, other: str, output: str) -> int:
+    """Where the first of ``s``'s own letters (not in ``other``) appears in ``output``."""
+    return builtins.min((output.index(c) for c in s if c not in other and c in output), default=len(output))
 
 
 def einsum(equation, *operands) -> Tensor:
@@ -1765,6 +1771,8 @@ def einsum(equation, *operands) -> Tensor:
             keep = set(output).union(*(s for _, s in ops))
             t, s = picked[0]
             for t2, s2 in picked[1:]:
+                if _first_position(s2, s, output) < _first_position(s, s2, output):
+                    t, s, t2, s2 = t2, s2, t, s   # the operand whose letters lead the output goes left
                 t, s = _contract_pair(t, s, t2, s2, keep)
             ops.append((t, s))
     t, s = ops[0]
@@ -1865,9 +1873,9 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
     ord = float(ord)
     if ord == 2:
         return sqrt(sum(t * t, dims, keepdim))
-    if ord == math.inf:
+    if ord == _math.inf:
         return amax(abs(t), dims, keepdim)
-    if ord == -math.inf:
+    if ord == -_math.inf:
         return amin(abs(t), dims, keepdim)
     if ord == 1:
         return sum(abs(t), dims, keepdim)
@@ -1891,7 +1899,7 @@ def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False) -> Ten
         raise ValueError("linalg.matrix_norm: the two axes must differ")
     if ord == "fro":
         return sqrt(sum(t * t, (r, c), keepdim))
-    if ord in (1, -1, math.inf, -math.inf):
+    if ord in (1, -1, _math.inf, -_math.inf):
         # 1: the largest column sum of |A|, inf: the largest row sum
         summed, over = (r, c) if ord in (1, -1) else (c, r)
         reduce = amax if ord > 0 else amin
