@@ -1465,7 +1465,7 @@ def linalg_det(A) -> Tensor:
 
 
 def linalg_slogdet(A) -> tuple:
-    """``(sign, log|det|)``; only ``log|det|`` is differentiable."""
+    """``(sign, log|det|)``; the sign is piecewise constant (gradient zero)."""
     return _call("linalg_slogdet", _linalg_operand(A, "linalg.slogdet"))
 
 
