@@ -185,6 +185,9 @@ ROWS = [
     Usage("np.linalg.norm(x, axis=(1, 2))", lambda x: np.linalg.norm(x, axis=(1, 2)), lambda r: (R(r, 2, 3, 4),)),
     Usage("np.linalg.norm(x, 'nuc', axis=(0, 2), keepdims=True)",
           lambda x: np.linalg.norm(x, "nuc", axis=(0, 2), keepdims=True), lambda r: (R(r, 2, 3, 4),)),
+    # at zero the 2-norm has gradient 0 (PyTorch's choice; central differences agree), not nan
+    Usage("np.linalg.norm(x, axis=1) with a zero row", lambda x: np.linalg.norm(x, axis=1),
+          lambda r: (np.vstack([R(r, 1, 4), np.zeros((1, 4))]),), second_order=False),
     Usage("np.linalg.vector_norm(x, axis=0, ord=3)", lambda x: np.linalg.vector_norm(x, axis=0, ord=3),
           lambda r: (R(r, 3, 4),)),
     Usage("np.linalg.matrix_norm(x, ord=1) batched", lambda x: np.linalg.matrix_norm(x, ord=1),

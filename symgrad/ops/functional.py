@@ -1691,11 +1691,21 @@ def _contract_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[T
             t = permute(t, perm)
         return reshape(t, shape) if tuple(t.shape) != shape else t
 
+    letters = batch + free_a + free_b
+    if not summed or not (free_a or free_b):
+        # nothing to sum (an outer or elementwise product) or nothing free (rowwise dots): a broadcast
+        # multiply, which fuses into a loop, instead of a matrix product of size-1 dimensions
+        dims_a = [size[c] if c in sa else 1 for c in letters + summed]
+        dims_b = [size[c] if c in sb else 1 for c in letters + summed]
+        prod_ = arrange(a, sa, [c for c in letters + summed if c in sa], tuple(dims_a)) * \
+            arrange(b, sb, [c for c in letters + summed if c in sb], tuple(dims_b))
+        if summed:
+            prod_ = sum(prod_, tuple(range(len(letters), len(letters) + len(summed))))
+        return prod_, "".join(letters)
     lead = (n(batch),) if batch else ()
     left = arrange(a, sa, batch + free_a + summed, lead + (n(free_a), n(summed)))
     right = arrange(b, sb, batch + summed + free_b, lead + (n(summed), n(free_b)))
     out = matmul(left, right)
-    letters = batch + free_a + free_b
     shape = tuple(size[c] for c in letters)
     return (reshape(out, shape) if tuple(out.shape) != shape else out), "".join(letters)
 
@@ -1872,7 +1882,7 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
         raise ValueError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
     ord = float(ord)
     if ord == 2:
-        return sqrt(sum(t * t, dims, keepdim))
+        return _root_of_nonnegative(sum(t * t, dims, keepdim), 2.0)
     if ord == _math.inf:
         return amax(abs(t), dims, keepdim)
     if ord == -_math.inf:
@@ -1881,7 +1891,18 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
         return sum(abs(t), dims, keepdim)
     if ord == 0:   # the number of nonzero entries: no gradient
         return sum(to(ne(t, 0.0), t.dtype), dims, keepdim)
-    return pow(sum(pow(abs(t), ord), dims, keepdim), 1.0 / ord)
+    if ord < 0:   # a zero entry makes the sum infinite and the norm 0, as in numpy
+        return pow(sum(pow(abs(t), ord), dims, keepdim), 1.0 / ord)
+    return _root_of_nonnegative(sum(pow(abs(t), ord), dims, keepdim), ord)
+
+
+def _root_of_nonnegative(s: Tensor, p: float) -> Tensor:
+    """``s ** (1/p)`` for ``s >= 0``, with gradient 0 (PyTorch's choice for a norm) where ``s`` is 0 instead of
+    the 0 * inf = nan of the root's derivative."""
+    nonzero = ne(s, 0.0)
+    safe = where(nonzero, s, 1.0)
+    root = sqrt(safe) if p == 2.0 else pow(safe, 1.0 / p)
+    return where(nonzero, root, 0.0)
 
 
 def linalg_svdvals(A) -> Tensor:
@@ -1898,7 +1919,7 @@ def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False) -> Ten
     if r == c:
         raise ValueError("linalg.matrix_norm: the two axes must differ")
     if ord == "fro":
-        return sqrt(sum(t * t, (r, c), keepdim))
+        return _root_of_nonnegative(sum(t * t, (r, c), keepdim), 2.0)
     if ord in (1, -1, _math.inf, -_math.inf):
         # 1: the largest column sum of |A|, inf: the largest row sum
         summed, over = (r, c) if ord in (1, -1) else (c, r)
