@@ -303,3 +303,12 @@ def test_integer_input_computes_in_float64():
     a = symgrad.tensor(np.array([[2, 1], [1, 3]]))
     np.testing.assert_allclose(np.linalg.inv(a).numpy(), np.linalg.inv(np.array([[2, 1], [1, 3]])))
     assert np.linalg.det(a).numpy().dtype == np.float64
+
+
+def test_compiled_pinv_decides_the_rank_for_each_input():
+    """The singular values pinv drops depend on the input: a compiled function must not keep the first call's."""
+    f = symgrad.compile(lambda a: np.linalg.pinv(a, rcond=0.1))
+    full = np.diag([3.0, 2.0, 1.0])
+    low = np.diag([3.0, 2.0, 0.01])
+    for a in (full, low, full):
+        np.testing.assert_allclose(np.asarray(f(a)), np.linalg.pinv(a, rcond=0.1), rtol=1e-12)

@@ -264,9 +264,10 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     elif rtol is not np._NoValue:
         raise ValueError("numpy.linalg.pinv: `rtol` and `rcond` can't be both set.")
     U, S, Vh = F.linalg_svd(A)
-    # singular values under the cutoff are dropped; which ones is a fact of the values (no gradient)
-    cutoff = np.asarray(rcond)[..., None] * np.max(S._data, axis=-1, keepdims=True)
-    kept = Tensor._wrap(S._data > cutoff)
+    # singular values under the cutoff are dropped; the comparison is an op (no gradient), so that a
+    # compiled function decides it afresh for each input
+    cutoff = F.mul(F.amax(S, -1, True), F.as_tensor(np.asarray(rcond, dtype=S._data.dtype)[..., None]))
+    kept = F.gt(S, cutoff)
     s_inv = F.where(kept, F.reciprocal(F.where(kept, S, 1.0)), 0.0)
     return F.matmul(F.transpose(Vh, -2, -1) * F.unsqueeze(s_inv, -2), F.transpose(U, -2, -1))
 
