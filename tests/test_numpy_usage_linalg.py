@@ -215,13 +215,6 @@ def _leaf(lib, a):
     return lib.tensor(a, dtype=lib.float64, requires_grad=True)
 
 
-def _orient(V, ref, axis):
-    """Flip the signs of the columns (axis=-2 summed) or rows (axis=-1) of ``V`` to match ``ref``."""
-    s = np.sign(np.sum(V.detach().numpy() * ref, axis=axis, keepdims=True))
-    import torch
-    return V * torch.tensor(s)
-
-
 TORCH_ROWS = {
     "einsum": (lambda L, a, b: L.einsum("bij,bjk->bik", a, b), lambda r: (R(r, 2, 3, 4), R(r, 2, 4, 2))),
     "einsum trace": (lambda L, a: L.einsum("ii", a), lambda r: (R(r, 3, 3),)),
@@ -236,8 +229,8 @@ TORCH_ROWS = {
     "eigh": (lambda L, x: L.linalg.eigh(x @ x.mT)[0], lambda r: (R(r, 3, 3),)),
     "eigvalsh": (lambda L, x: L.linalg.eigvalsh(x @ x.mT), lambda r: (R(r, 3, 3),)),
     "svdvals": (lambda L, a: L.linalg.svdvals(a), lambda r: (R(r, 3, 4),)),
-    "svd reconstruct": (lambda L, a: (lambda u, s, vh: (u * s.unsqueeze(-2)) @ vh)(*L.linalg.svd(a, full_matrices=False)),
-                        lambda r: (R(r, 4, 3),)),
+    "svd reconstruct": (lambda L, a: (lambda u, s, vh: (u * s.unsqueeze(-2)) @ vh)(
+                        *L.linalg.svd(a, full_matrices=False)), lambda r: (R(r, 4, 3),)),
     "qr": (lambda L, a: L.linalg.qr(a)[1] ** 2, lambda r: (R(r, 4, 3),)),
     "norm": (lambda L, a: L.linalg.norm(a), lambda r: (R(r, 3, 4),)),
     "vector_norm": (lambda L, a: L.linalg.vector_norm(a, 3, dim=1), lambda r: (R(r, 3, 4),)),

@@ -1935,3 +1935,14 @@ def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False) -> Ten
                 out = unsqueeze(out, d)
         return out
     raise ValueError(f"linalg.matrix_norm: invalid norm order {ord!r} for matrices")
+
+
+def linalg_pinv(A, rcond) -> Tensor:
+    """Moore-Penrose pseudo-inverse from the reduced SVD, dropping singular values at or below
+    ``rcond`` times the largest (``rcond`` a number or an array over the batch)."""
+    U, S, Vh = linalg_svd(A)
+    # the comparison is an op (no gradient), so that a compiled function decides it afresh for each input
+    cutoff = mul(amax(S, -1, True), as_tensor(np.asarray(rcond, dtype=S._data.dtype)[..., None]))
+    kept = gt(S, cutoff)
+    s_inv = where(kept, reciprocal(where(kept, S, 1.0)), 0.0)
+    return matmul(transpose(Vh, -2, -1) * unsqueeze(s_inv, -2), transpose(U, -2, -1))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
+
 from .functional import (
     linalg_cholesky,
     linalg_det,
@@ -18,6 +20,7 @@ from .functional import (
     linalg_inv,
     linalg_matrix_norm,
     linalg_matrix_power,
+    linalg_pinv,
     linalg_qr,
     linalg_slogdet,
     linalg_solve,
@@ -28,7 +31,7 @@ from .functional import (
 from .functional import matmul as _matmul
 
 __all__ = ["inv", "det", "slogdet", "solve", "cholesky", "eigh", "eigvalsh", "svd", "svdvals", "qr", "norm",
-           "vector_norm", "matrix_norm", "matrix_power", "matmul"]
+           "vector_norm", "matrix_norm", "matrix_power", "matmul", "multi_dot", "pinv"]
 
 _eigh_result = namedtuple("torch_return_types_linalg_eigh", ["eigenvalues", "eigenvectors"])
 _svd_result = namedtuple("torch_return_types_linalg_svd", ["U", "S", "Vh"])
@@ -37,7 +40,6 @@ _slogdet_result = namedtuple("torch_return_types_linalg_slogdet", ["sign", "loga
 
 inv = linalg_inv
 det = linalg_det
-solve = linalg_solve
 cholesky = linalg_cholesky
 svdvals = linalg_svdvals
 matrix_power = linalg_matrix_power
@@ -68,10 +70,47 @@ def svd(A, full_matrices: bool = True):
 
 
 def qr(A, mode: str = "reduced"):
+    """The reduced QR; ``mode='r'`` gives an empty Q, as PyTorch does."""
     if mode not in ("reduced", "r"):
         raise ValueError(f"symgrad.linalg.qr: mode={mode!r} is not supported; use 'reduced' or 'r'")
     Q, R = linalg_qr(A)
+    if mode == "r":
+        from ..tensor import Tensor
+        Q = Tensor._wrap(np.zeros((0,), dtype=R._data.dtype))
     return _qr_result(Q, R)
+
+
+def solve(A, B, *, left: bool = True):
+    """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
+    if left:
+        return linalg_solve(A, B)
+    from .functional import as_tensor, transpose
+    b = as_tensor(B)
+    if b.ndim < 2:
+        raise RuntimeError("linalg.solve: with left=False, B must be a matrix or a stack of matrices")
+    return transpose(linalg_solve(transpose(as_tensor(A), -2, -1), transpose(b, -2, -1)), -2, -1)
+
+
+def multi_dot(tensors):
+    """The product of a chain of matrices (the first and last may be vectors)."""
+    if len(tensors) < 2:
+        raise RuntimeError("multi_dot(): expected at least 2 tensors but got " + str(len(tensors)))
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = _matmul(out, t)
+    return out
+
+
+def pinv(A, *, atol=None, rtol=None, hermitian: bool = False):
+    """Pseudo-inverse (relative tolerance ``rtol``; by default ``max(m, n) * eps``, as in PyTorch)."""
+    import numpy as _np
+    if atol is not None or hermitian:
+        raise ValueError("symgrad.linalg.pinv: atol= and hermitian=True are not supported; use rtol=")
+    from .functional import as_tensor
+    a = as_tensor(A)
+    if rtol is None:
+        rtol = max(a.shape[-2:]) * _np.finfo(a._data.dtype).eps
+    return linalg_pinv(a, rtol)
 
 
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False):

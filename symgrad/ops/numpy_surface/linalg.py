@@ -263,13 +263,7 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
                                                     if rtol is None else rtol)
     elif rtol is not np._NoValue:
         raise ValueError("numpy.linalg.pinv: `rtol` and `rcond` can't be both set.")
-    U, S, Vh = F.linalg_svd(A)
-    # singular values under the cutoff are dropped; the comparison is an op (no gradient), so that a
-    # compiled function decides it afresh for each input
-    cutoff = F.mul(F.amax(S, -1, True), F.as_tensor(np.asarray(rcond, dtype=S._data.dtype)[..., None]))
-    kept = F.gt(S, cutoff)
-    s_inv = F.where(kept, F.reciprocal(F.where(kept, S, 1.0)), 0.0)
-    return F.matmul(F.transpose(Vh, -2, -1) * F.unsqueeze(s_inv, -2), F.transpose(U, -2, -1))
+    return F.linalg_pinv(A, rcond)
 
 
 # --- norms ----------------------------------------------------------------------------------
@@ -328,5 +322,5 @@ def _vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
 
 @numpy_functions(np.linalg.matrix_norm)
 def _matrix_norm(x, /, *, keepdims=False, ord="fro"):
-    return F.linalg_matrix_norm(_matrices(x, "linalg.matrix_norm", square=False), _matrix_ord(ord, "linalg.matrix_norm"),
-                                (-2, -1), bool(keepdims))
+    t = _matrices(x, "linalg.matrix_norm", square=False)
+    return F.linalg_matrix_norm(t, _matrix_ord(ord, "linalg.matrix_norm"), (-2, -1), bool(keepdims))
