@@ -109,6 +109,9 @@ ROWS = [
     Usage("np.linalg.inv", lambda a: np.linalg.inv(a), lambda r: (M(r, 4, 4),)),
     Usage("np.linalg.inv batched", lambda a: np.linalg.inv(a), lambda r: (M(r, 2, 3, 3),)),
     Usage("np.linalg.det", lambda a: np.linalg.det(a), lambda r: (M(r, 3, 3),)),
+    # a singular A has no inverse: the gradient is the cofactor matrix, from the SVD (eager)
+    Usage("np.linalg.det singular", lambda a: np.linalg.det(a),
+          lambda r: (np.outer(R(r, 3), R(r, 3)) + np.outer(R(r, 3), R(r, 3)),), compiled=False),
     Usage("np.linalg.det batched", lambda a: np.linalg.det(a), lambda r: (M(r, 2, 3, 3),)),
     Usage("np.linalg.slogdet logabsdet", lambda a: np.linalg.slogdet(a)[1], lambda r: (M(r, 3, 3),)),
     Usage("np.linalg.slogdet sign * exp", lambda a: np.linalg.slogdet(a).sign * np.exp(np.linalg.slogdet(a).logabsdet),

@@ -1536,8 +1536,30 @@ def linalg_inv_backward(grad: Tensor, result: Tensor) -> Tensor:
 
 
 def linalg_det_backward(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
+    if registry._recorder is None and _has_singular(A):
+        return _det_backward_singular(grad, A)
+    # Jacobi's formula; in a traced (compiled) function always this one, since the test above reads values
     scale = unsqueeze(unsqueeze(grad * result, -1), -1)
     return scale * _mT(linalg_inv(A))
+
+
+def _has_singular(A: Tensor) -> bool:
+    s = np.linalg.svd(A._data, compute_uv=False)
+    n = A.shape[-1]
+    return builtins.bool(np.any(s[..., -1] <= s[..., 0] * n * np.finfo(s.dtype).eps)) if n else False
+
+
+def _det_backward_singular(grad: Tensor, A: Tensor) -> Tensor:
+    """The cofactor matrix from the SVD (PyTorch's way for a singular A, where A^-1 does not exist):
+    d det / dA = det(U) det(Vh) U diag(prod of the other singular values) Vh."""
+    U, S, Vh = linalg_svd(A)
+    k = S.shape[-1]
+    eye = _const_like(np.eye(k, dtype=builtins.bool), S)
+    others = prod(where(eye, 1.0, unsqueeze(S, -2)), -1)      # row i: every s_j but s_i
+    # det(U) det(Vh) is +-1, constant where the decomposition is
+    orientation = _const_like(np.linalg.det(U._data) * np.linalg.det(Vh._data), S)
+    scale = unsqueeze(unsqueeze(grad * orientation, -1), -1)
+    return scale * matmul(U * unsqueeze(others, -2), Vh)
 
 
 def linalg_slogdet_backward(grads, A: Tensor) -> Tensor:
