@@ -128,6 +128,9 @@ ROWS = [
     Usage("np.linalg.matrix_power(a, 3)", lambda a: np.linalg.matrix_power(a, 3), lambda r: (R(r, 3, 3),)),
     Usage("np.linalg.matrix_power(a, -2)", lambda a: np.linalg.matrix_power(a, -2), lambda r: (M(r, 3, 3),)),
     Usage("np.linalg.pinv tall", lambda a: np.linalg.pinv(a), lambda r: (R(r, 4, 3) + np.eye(4, 3) * 2,)),
+    Usage("np.linalg.cond", lambda a: np.linalg.cond(a), lambda r: (R(r, 4, 3),)),
+    Usage("np.linalg.cond(a, 'fro') batched", lambda a: np.linalg.cond(a, "fro"), lambda r: (M(r, 2, 3, 3),)),
+    Usage("np.linalg.cond(a, -np.inf)", lambda a: np.linalg.cond(a, -np.inf), lambda r: (M(r, 3, 3),)),
     # --- factorizations -------------------------------------------------------------------------------
     Usage("np.linalg.cholesky", lambda a: np.linalg.cholesky(a), lambda r: (SPD(r, 4, 4),)),
     Usage("np.linalg.cholesky reads the lower triangle", lambda a: np.linalg.cholesky(a),

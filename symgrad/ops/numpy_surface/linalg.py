@@ -266,6 +266,17 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     return F.linalg_pinv(A, rcond)
 
 
+@numpy_functions(np.linalg.cond)
+def _cond(x, p=None):
+    A = _matrices(x, "linalg.cond", square=p not in (None, 2, -2))   # the SVD orders take any shape
+    if p in (None, 2, -2):
+        S = F.linalg_svd(A)[1]
+        largest, smallest = F.select(S, -1, 0), F.select(S, -1, S.shape[-1] - 1)
+        return F.div(smallest, largest) if p == -2 else F.div(largest, smallest)
+    ord = _matrix_ord(p, "linalg.cond")
+    return F.mul(F.linalg_matrix_norm(A, ord), F.linalg_matrix_norm(F.linalg_inv(A), ord))
+
+
 # --- norms ----------------------------------------------------------------------------------
 
 _VECTOR_ORDS = "None, inf, -inf, 0, or any other number"
