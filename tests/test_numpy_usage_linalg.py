@@ -79,6 +79,13 @@ ROWS = [
           lambda r: (R(r, 4), R(r, 4, 4)), wrt=(0, 1)),
     Usage("np.einsum interleaved sublists", lambda a, b: np.einsum(a, [0, 1], b, [1, 2], [0, 2]),
           lambda r: (R(r, 3, 4), R(r, 4, 2)), wrt=(0, 1)),
+    Usage("np.einsum('ij,j->i') matrix-vector", lambda a, x: np.einsum("ij,j->i", a, x),
+          lambda r: (R(r, 3, 4), R(r, 4)), wrt=(0, 1)),
+    Usage("np.einsum('ijk->kji') permutation", lambda a: np.einsum("ijk->kji", a), lambda r: (R(r, 2, 3, 4),)),
+    Usage("np.einsum('i,i->i') elementwise", lambda a, b: np.einsum("i,i->i", a, b), lambda r: (R(r, 4), R(r, 4)),
+          wrt=(0, 1)),
+    Usage("np.einsum('bn,anm,bm->ba') bilinear", lambda x, W, y: np.einsum("bn,anm,bm->ba", x, W, y),
+          lambda r: (R(r, 2, 3), R(r, 4, 3, 5), R(r, 2, 5)), wrt=(0, 1, 2)),
     Usage("np.einsum with a constant array", lambda a: np.einsum("ij,jk->ik", a, np.arange(8.0).reshape(4, 2)),
           lambda r: (R(r, 3, 4),)),
     # --- tensordot, kron, inner, vdot, dot --------------------------------------------------------
