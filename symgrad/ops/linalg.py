@@ -1,5 +1,21 @@
 """``symgrad.linalg``: the torch.linalg functions (real inputs), on the rule-table ops of
-:mod:`symgrad.ops.functional`.
+:mod:`symgrad.ops.functional`; ``numpy.linalg`` on tensors runs the same ops
+(:mod:`symgrad.ops.numpy_surface.linalg`).
+
+Gradients, and what they assume:
+
+* ``eigh``/``eigvalsh`` and ``cholesky`` read one triangle of ``A`` (the lower one, or the upper with
+  ``UPLO='U'`` / ``upper=True``), as LAPACK does. Their gradient is that of the function actually
+  computed: zero on the triangle never read, and an off-diagonal entry of the read triangle gets the
+  derivative for both mirrored entries of the symmetric matrix. Along symmetric directions this agrees
+  with PyTorch's gradient (which is not masked).
+* ``eigh``'s eigenvector gradient and ``svd``'s U/Vh gradients need distinct eigen/singular values
+  (the formulas divide by their differences), as in PyTorch; eigenvalues and singular values alone
+  need nothing.
+* ``svd`` is the reduced SVD; ``full_matrices=True`` is accepted for square matrices only.
+* ``qr`` is the reduced QR; its gradient needs at least as many rows as columns.
+* ``det`` of a singular matrix: eagerly the cofactor matrix from the SVD; in a compiled function
+  Jacobi's formula (an exactly singular matrix there raises numpy's LinAlgError).
 
 >>> import symgrad
 >>> A = symgrad.tensor([[2.0, 1.0], [1.0, 3.0]], requires_grad=True)
