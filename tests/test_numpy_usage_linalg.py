@@ -135,6 +135,14 @@ ROWS = [
     Usage("np.linalg.matrix_power(a, 3)", lambda a: np.linalg.matrix_power(a, 3), lambda r: (R(r, 3, 3),)),
     Usage("np.linalg.matrix_power(a, -2)", lambda a: np.linalg.matrix_power(a, -2), lambda r: (M(r, 3, 3),)),
     Usage("np.linalg.pinv tall", lambda a: np.linalg.pinv(a), lambda r: (R(r, 4, 3) + np.eye(4, 3) * 2,)),
+    Usage("np.linalg.lstsq(X, y, rcond=None)[0]", lambda X, y: np.linalg.lstsq(X, y, rcond=None)[0],
+          lambda r: (R(r, 5, 3), R(r, 5)), wrt=(0, 1)),
+    Usage("np.linalg.lstsq matrix b", lambda X, Y: np.linalg.lstsq(X, Y)[0], lambda r: (R(r, 5, 3), R(r, 5, 2)),
+          wrt=(0, 1)),
+    Usage("np.linalg.lstsq residuals", lambda X, y: np.linalg.lstsq(X, y, rcond=None)[1],
+          lambda r: (R(r, 5, 3), R(r, 5)), wrt=(0, 1)),
+    Usage("np.linalg.lstsq singular values", lambda X, y: np.linalg.lstsq(X, y, rcond=None)[3],
+          lambda r: (R(r, 5, 3), R(r, 5))),
     Usage("np.linalg.cond", lambda a: np.linalg.cond(a), lambda r: (R(r, 4, 3),)),
     Usage("np.linalg.cond(a, 'fro') batched", lambda a: np.linalg.cond(a, "fro"), lambda r: (M(r, 2, 3, 3),)),
     Usage("np.linalg.cond(a, -np.inf)", lambda a: np.linalg.cond(a, -np.inf), lambda r: (M(r, 3, 3),)),
@@ -303,6 +311,19 @@ def test_wide_qr_gradient_is_refused():
     q, r = np.linalg.qr(x)
     with pytest.raises(ValueError, match=r"numpy.linalg.qr: the gradient of the QR of a wide matrix"):
         (r ** 2).sum().backward()
+
+
+def test_lstsq_rank_and_residuals_follow_numpy():
+    X = np.random.default_rng(1).uniform(-1, 1, (5, 3))
+    low = np.column_stack([X[:, 0], X[:, 1], X[:, 0] + X[:, 1]])    # rank 2
+    y = np.random.default_rng(2).uniform(-1, 1, 5)
+    for a in (X, low, X[:2]):
+        want = np.linalg.lstsq(a, y[:a.shape[0]], rcond=None)
+        got = np.linalg.lstsq(symgrad.tensor(a, requires_grad=True), y[:a.shape[0]], rcond=None)
+        np.testing.assert_allclose(got[0].detach().numpy(), want[0], rtol=1e-10, atol=1e-12)
+        assert got[1].shape == want[1].shape
+        np.testing.assert_allclose(got[1].detach().numpy(), want[1], rtol=1e-10)
+        assert got[2] == want[2]
 
 
 def test_integer_input_computes_in_float64():

@@ -266,6 +266,39 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     return F.linalg_pinv(A, rcond)
 
 
+@numpy_functions(np.linalg.lstsq)
+def _lstsq(a, b, rcond=None):
+    """The minimum-norm least-squares solution from the SVD (numpy's gelsd): ``(x, residuals, rank, s)``.
+
+    The rank and whether residuals exist depend on the values. Eagerly they follow numpy exactly; in a
+    compiled function the rank is computed by ops and the residuals are the sum of squares whenever A has
+    more rows than columns (numpy returns an empty array instead when such an A is rank-deficient)."""
+    from ..registry import _recorder
+    A = _float(a)
+    if A.ndim != 2:
+        raise np.linalg.LinAlgError(f"numpy.linalg.lstsq: {A.ndim}-dimensional array given. Array must be "
+                                    "two-dimensional")
+    B = _float(b)
+    vector = B.ndim == 1
+    if B.ndim not in (1, 2) or B.shape[0] != A.shape[0]:
+        raise np.linalg.LinAlgError("numpy.linalg.lstsq: Incompatible dimensions")
+    m, n = A.shape
+    if rcond is None:
+        rcond = np.finfo(A._data.dtype).eps * max(m, n)
+    B2 = F.unsqueeze(B, 1) if vector else B
+    x = F.matmul(F.linalg_pinv(A, rcond), B2)
+    S = F.linalg_svd(A)[1]
+    kept = F.gt(S, F.mul(F.amax(S, -1, True), float(rcond)))
+    traced = _recorder is not None and _recorder.is_traced(A)
+    rank = F.sum(F.to(kept, _dt.int64)) if traced else np.int32(np.count_nonzero(kept._data))
+    if m > n and (traced or rank == n):
+        r = F.sub(F.matmul(A, x), B2)
+        residuals = F.sum(F.mul(r, r), 0)
+    else:
+        residuals = Tensor._wrap(np.empty((0,), dtype=np.result_type(A._data.dtype, B._data.dtype)))
+    return F.squeeze(x, -1) if vector else x, residuals, rank, S
+
+
 @numpy_functions(np.linalg.cond)
 def _cond(x, p=None):
     A = _matrices(x, "linalg.cond", square=p not in (None, 2, -2))   # the SVD orders take any shape
