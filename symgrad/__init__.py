@@ -44,6 +44,7 @@ from .dtypes import (
     set_default_dtype,
     uint8,
 )
+from .ops import linalg  # noqa: F401 - symgrad.linalg, mirroring torch.linalg (numpy surface: linalg)
 from .ops import methods as _methods
 from .ops.custom import register_op
 from .ops.functional import *  # noqa: F403 - the public op functions

@@ -81,6 +81,18 @@ def with_zero(x, *positions):
     return x
 
 
+def _WC(rng, *shape, shift=3.0):
+    """Well-conditioned square matrices: uniform values plus ``shift`` times the identity."""
+    return U(rng, *shape, lo=-1.0, hi=1.0) + shift * np.eye(shape[-1])
+
+
+def _SPD(rng, *shape):
+    """Symmetric positive definite with eigenvalues about 1, 2, 3, ... (well separated)."""
+    q, _ = np.linalg.qr(rng.standard_normal(shape))
+    w = np.arange(1.0, shape[-1] + 1) + rng.uniform(0, 0.3, shape[:-1])
+    return (q * w[..., None, :]) @ np.swapaxes(q, -1, -2)
+
+
 # --- SAMPLES: op key -> builder(rng) ----------------------------------------------------------
 
 def _binary(rng):
@@ -235,6 +247,16 @@ SAMPLES = {
                               (U(r, 3, 4), U(r, 4), 1),
                               (U(r, 3, 4), U(r, 3, 1), (slice(None), slice(1, 3))),
                               (U(r, 3, 4), U(r, 1, 4), np.array([2, 0]))],
+    # numpy surface: linear algebra (well-conditioned, SPD where needed, distinct eigen/singular values)
+    "linalg_inv": lambda r: [(_WC(r, 3, 3),), (_WC(r, 2, 3, 3),)],
+    "linalg_det": lambda r: [(_WC(r, 3, 3),), (_WC(r, 2, 3, 3),), (_WC(r, 3, 3, shift=-3.0),)],
+    "linalg_slogdet": lambda r: [(_WC(r, 3, 3),), (_WC(r, 2, 3, 3, shift=-3.0),)],
+    "linalg_solve": lambda r: [(_WC(r, 3, 3), U(r, 3, 2)), (_WC(r, 2, 3, 3), U(r, 2, 3, 1)),
+                               (_WC(r, 3, 3), U(r, 2, 3, 2))],
+    "linalg_cholesky": lambda r: [(_SPD(r, 3, 3), False), (_SPD(r, 3, 3), True), (_SPD(r, 2, 3, 3), False)],
+    "linalg_eigh": lambda r: [(_SPD(r, 3, 3), "L"), (_SPD(r, 3, 3), "U"), (_SPD(r, 2, 3, 3), "L")],
+    "linalg_svd": lambda r: [(U(r, 4, 3),), (U(r, 3, 4),), (U(r, 2, 3, 3),)],
+    "linalg_qr": lambda r: [(U(r, 4, 3),), (U(r, 2, 3, 3),)],
 }
 
 
@@ -604,6 +626,35 @@ class TorchCall:
         self.torch, self.symgrad, self.grad_fn = torch, symgrad, grad_fn
 
 
+def _one_triangle(A, upper: bool):
+    """The symmetric matrix LAPACK sees when it reads one triangle of ``A`` (torch tensors)."""
+    T = A.triu(1) if upper else A.tril(-1)
+    return T + T.mT + A.diagonal(dim1=-2, dim2=-1).diag_embed()
+
+
+def _signs_like(V, ref):
+    """+-1 per column of ``V`` (a torch tensor) that turns it towards numpy's ``ref``."""
+    import torch
+    return torch.tensor(np.sign(np.sum(V.detach().numpy() * ref, axis=-2, keepdims=True)))
+
+
+def _torch_eigh(L, A, UPLO):
+    w, V = L.linalg.eigh(_one_triangle(A, UPLO == "U"))
+    return w, V * _signs_like(V, np.linalg.eigh(A.detach().numpy(), UPLO=UPLO)[1])
+
+
+def _torch_svd(L, A):
+    U, S, Vh = L.linalg.svd(A, full_matrices=False)
+    s = _signs_like(U, np.linalg.svd(A.detach().numpy(), full_matrices=False)[0])
+    return U * s, S, Vh * s.mT
+
+
+def _torch_qr(L, A):
+    Q, R = L.linalg.qr(A)
+    s = _signs_like(Q, np.linalg.qr(A.detach().numpy())[0])
+    return Q * s, R * s.mT
+
+
 # op key -> fn(lib, *args): the call a torch user would write, with lib = torch or symgrad
 TORCH_EQUIVALENT = {
     "add.Tensor": lambda L, a, b: L.add(a, b),
@@ -691,6 +742,17 @@ TORCH_EQUIVALENT = {
         "remainder.Scalar", "remainder.Tensor", "fmod.Scalar", "fmod.Tensor", "bitwise_and.Tensor",
         "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor")},
     "bitwise_not": lambda L, a: L.bitwise_not(a),
+    # numpy surface: linear algebra. torch's nodes are the *_ex variants (LinalgInvExBackward0...), so the
+    # names are not compared. eigh and cholesky read one triangle: torch gets that symmetric matrix, and
+    # the sign of each eigen/singular vector is taken from numpy's (LAPACK may pick either).
+    "linalg_inv": TorchCall(lambda L, A: L.linalg.inv(A), grad_fn=False),
+    "linalg_det": lambda L, A: L.linalg.det(A),
+    "linalg_slogdet": TorchCall(lambda L, A: tuple(L.linalg.slogdet(A)), grad_fn=False),
+    "linalg_solve": TorchCall(lambda L, A, B: L.linalg.solve(A, B), grad_fn=False),
+    "linalg_cholesky": TorchCall(lambda L, A, upper: L.linalg.cholesky(_one_triangle(A, upper), upper=upper)),
+    "linalg_eigh": TorchCall(_torch_eigh),
+    "linalg_svd": TorchCall(_torch_svd),
+    "linalg_qr": TorchCall(_torch_qr),
 }
 
 

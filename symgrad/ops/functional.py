@@ -13,6 +13,7 @@ itself; the forwards registered here are for structural ops.
 from __future__ import annotations
 
 import builtins
+import math as _math
 import numbers
 
 import numpy as np
@@ -1410,3 +1411,577 @@ def _index_arg(idx):
 
 
 # === numpy surface: linear algebra ===
+
+# Real linear algebra (symgrad.linalg.* and numpy.linalg.* build on these), einsum, tensordot, kron.
+
+@forward("linalg_inv")
+def _linalg_inv_fwd(A):
+    return np.linalg.inv(A)
+
+
+@forward("linalg_det")
+def _linalg_det_fwd(A):
+    return np.asarray(np.linalg.det(A))
+
+
+@forward("linalg_slogdet")
+def _linalg_slogdet_fwd(A):
+    sign, logabsdet = np.linalg.slogdet(A)
+    return np.asarray(sign), np.asarray(logabsdet)
+
+
+@forward("linalg_solve", dtype_rule="promote")
+def _linalg_solve_fwd(A, B):
+    return np.linalg.solve(A, B)
+
+
+@forward("linalg_cholesky")
+def _linalg_cholesky_fwd(A, upper=False):
+    return np.linalg.cholesky(A, upper=upper)
+
+
+@forward("linalg_eigh")
+def _linalg_eigh_fwd(A, UPLO="L"):
+    w, v = np.linalg.eigh(A, UPLO=UPLO)
+    return w, v
+
+
+@forward("linalg_svd")
+def _linalg_svd_fwd(A):
+    u, s, vh = np.linalg.svd(A, full_matrices=False)
+    return u, s, vh
+
+
+@forward("linalg_qr")
+def _linalg_qr_fwd(A):
+    q, r = np.linalg.qr(A, mode="reduced")
+    return q, r
+
+
+def _linalg_operand(x, op: str, square: bool = True) -> Tensor:
+    """A floating tensor of at least 2 dims (square when the op needs it), or PyTorch's error."""
+    t = as_tensor(x)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: Expected a floating point tensor as input. Got {t.dtype.name}")
+    if t.ndim < 2:
+        raise RuntimeError(f"{op}: The input tensor A must have at least 2 dimensions.")
+    if square and t.shape[-1] != t.shape[-2]:
+        raise RuntimeError(f"{op}: A must be batches of square matrices, but they are "
+                           f"{t.shape[-2]} by {t.shape[-1]} matrices")
+    return t
+
+
+def linalg_inv(A) -> Tensor:
+    """Inverse of a square matrix or a stack of them."""
+    return _call("linalg_inv", _linalg_operand(A, "linalg.inv"))
+
+
+def linalg_det(A) -> Tensor:
+    """Determinant of a square matrix or a stack of them."""
+    return _call("linalg_det", _linalg_operand(A, "linalg.det"))
+
+
+def linalg_slogdet(A) -> tuple:
+    """``(sign, log|det|)``; the sign is piecewise constant (gradient zero)."""
+    return _call("linalg_slogdet", _linalg_operand(A, "linalg.slogdet"))
+
+
+def linalg_solve(A, B) -> Tensor:
+    """``X`` with ``A @ X = B``; a 1-D ``B`` is a vector (as in numpy 2 and PyTorch)."""
+    a = _linalg_operand(A, "linalg.solve")
+    b = as_tensor(B)
+    if b.ndim == 1:
+        if b.shape[0] != a.shape[-1]:
+            raise RuntimeError(f"linalg.solve: incompatible shapes of A {list(a.shape)} and B {list(b.shape)}")
+        return squeeze(_call("linalg_solve", a, unsqueeze(b, 1)), -1)
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
+        raise RuntimeError(f"linalg.solve: incompatible shapes of A {list(a.shape)} and B {list(b.shape)}")
+    return _call("linalg_solve", a, b)
+
+
+def linalg_cholesky(A, *, upper: bool = False) -> Tensor:
+    """Cholesky factor of a symmetric positive-definite matrix (reads the lower triangle, or the upper)."""
+    return _call("linalg_cholesky", _linalg_operand(A, "linalg.cholesky"), bool(upper))
+
+
+def linalg_eigh(A, UPLO: str = "L") -> tuple:
+    """Eigenvalues (ascending) and eigenvectors of a symmetric matrix (reads the ``UPLO`` triangle)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return _call("linalg_eigh", _linalg_operand(A, "linalg.eigh"), UPLO)
+
+
+def linalg_svd(A) -> tuple:
+    """The reduced SVD ``(U, S, Vh)`` of a matrix or a stack of them."""
+    return _call("linalg_svd", _linalg_operand(A, "linalg.svd", square=False))
+
+
+def linalg_qr(A) -> tuple:
+    """The reduced QR ``(Q, R)`` of a matrix or a stack of them."""
+    return _call("linalg_qr", _linalg_operand(A, "linalg.qr", square=False))
+
+
+def _mT(x: Tensor) -> Tensor:
+    return transpose(x, -2, -1)
+
+
+def _const_like(arr: np.ndarray, like: Tensor) -> Tensor:
+    return Tensor._wrap(np.asarray(arr, dtype=like._data.dtype))
+
+
+def _eye_like(n: int, like: Tensor) -> Tensor:
+    return _const_like(np.eye(n), like)
+
+
+def _diag_embed(v: Tensor) -> Tensor:
+    return unsqueeze(v, -1) * _eye_like(v.shape[-1], v)
+
+
+def _read_triangle_grad(G: Tensor, upper: bool) -> Tensor:
+    """The gradient w.r.t. A of a function of the symmetric matrix built from one triangle of A.
+
+    ``G`` gives the derivative along symmetric directions; an entry off the diagonal of the read
+    triangle stands for two mirrored entries (so both of G's add up), the other triangle is never read."""
+    n = G.shape[-1]
+    strict = np.triu(np.ones((n, n)), 1) if upper else np.tril(np.ones((n, n)), -1)
+    return (G + _mT(G)) * _const_like(strict, G) + G * _eye_like(n, G)
+
+
+def linalg_inv_backward(grad: Tensor, result: Tensor) -> Tensor:
+    Rt = _mT(result)
+    return neg(matmul(matmul(Rt, grad), Rt))
+
+
+def linalg_det_backward(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
+    if registry._recorder is None and _has_singular(A):
+        return _det_backward_singular(grad, A)
+    # Jacobi's formula; in a traced (compiled) function always this one, since the test above reads values
+    scale = unsqueeze(unsqueeze(grad * result, -1), -1)
+    return scale * _mT(linalg_inv(A))
+
+
+def _has_singular(A: Tensor) -> bool:
+    s = np.linalg.svd(A._data, compute_uv=False)
+    n = A.shape[-1]
+    return builtins.bool(np.any(s[..., -1] <= s[..., 0] * n * np.finfo(s.dtype).eps)) if n else False
+
+
+def _det_backward_singular(grad: Tensor, A: Tensor) -> Tensor:
+    """The cofactor matrix from the SVD (PyTorch's way for a singular A, where A^-1 does not exist):
+    d det / dA = det(U) det(Vh) U diag(prod of the other singular values) Vh."""
+    U, S, Vh = linalg_svd(A)
+    k = S.shape[-1]
+    eye = _const_like(np.eye(k, dtype=builtins.bool), S)
+    others = prod(where(eye, 1.0, unsqueeze(S, -2)), -1)      # row i: every s_j but s_i
+    # det(U) det(Vh) is +-1, constant where the decomposition is
+    orientation = _const_like(np.linalg.det(U._data) * np.linalg.det(Vh._data), S)
+    scale = unsqueeze(unsqueeze(grad * orientation, -1), -1)
+    return scale * matmul(U * unsqueeze(others, -2), Vh)
+
+
+def linalg_slogdet_backward(grads, A: Tensor) -> Tensor:
+    g = grads[1] if len(grads) > 1 else None
+    if g is None:
+        return A * 0.0
+    return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(A))
+
+
+def linalg_solve_backward_B(grad: Tensor, A: Tensor) -> Tensor:
+    return _call("linalg_solve", _mT(A), grad)
+
+
+def linalg_solve_backward_A(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
+    return neg(matmul(linalg_solve_backward_B(grad, A), _mT(result)))
+
+
+def linalg_cholesky_backward(grad: Tensor, result: Tensor, upper: bool) -> Tensor:
+    # PyTorch's cholesky_backward: gA = L^-T phi(L^T gL) L^-1, symmetrised; phi takes the lower
+    # triangle with the diagonal halved
+    L, gL = (_mT(result), _mT(grad)) if upper else (result, grad)
+    n = L.shape[-1]
+    phi = matmul(_mT(L), gL) * _const_like(np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n), L)
+    left = _call("linalg_solve", _mT(L), phi)                       # L^-T phi
+    gA = _mT(_call("linalg_solve", _mT(L), _mT(left)))              # (L^-T phi) L^-1
+    return _read_triangle_grad((gA + _mT(gA)) * 0.5, upper)
+
+
+def linalg_eigh_backward(grads, eigenvalues: Tensor, eigenvectors: Tensor, UPLO: str) -> Tensor:
+    gL = grads[0]
+    gV = grads[1] if len(grads) > 1 else None
+    L, V = eigenvalues, eigenvectors
+    n = L.shape[-1]
+    inner = None
+    if gL is not None:
+        inner = _diag_embed(gL)
+    if gV is not None:
+        # F_ij = 1 / (L_j - L_i) off the diagonal, 0 on it (distinct eigenvalues)
+        eye = _eye_like(n, L)
+        F = _const_like(1.0 - np.eye(n), L) / (unsqueeze(L, -2) - unsqueeze(L, -1) + eye)
+        term = F * matmul(_mT(V), gV)
+        inner = term if inner is None else inner + term
+    if inner is None:
+        return V * 0.0
+    return _read_triangle_grad(matmul(matmul(V, inner), _mT(V)), UPLO == "U")
+
+
+def linalg_svd_backward(grads, U: Tensor, S: Tensor, Vh: Tensor) -> Tensor:
+    gU, gS, gVh = (list(grads) + [None] * 3)[:3]
+    m, n, k = U.shape[-2], Vh.shape[-1], S.shape[-1]
+    core = None
+    if gS is not None:
+        core = _diag_embed(gS)
+    S_row, S_col = unsqueeze(S, -2), unsqueeze(S, -1)
+    gV = None if gVh is None else _mT(gVh)
+    if gU is not None or gVh is not None:
+        # the rotations of U and V: skew parts over E_ij = s_j^2 - s_i^2 (distinct singular values)
+        S2 = S * S
+        E = unsqueeze(S2, -2) - unsqueeze(S2, -1) + _eye_like(k, S)
+        term = None
+        if gU is not None:
+            UtgU = matmul(_mT(U), gU)
+            term = (UtgU - _mT(UtgU)) * S_row
+        if gV is not None:
+            VtgV = matmul(Vh, gV)
+            t2 = S_col * (VtgV - _mT(VtgV))
+            term = t2 if term is None else term + t2
+        term = term / E
+        core = term if core is None else core + term
+    gA = matmul(matmul(U, core), Vh) if core is not None else None
+    if gU is not None and m > k:   # the part of gU outside U's columns
+        gUS = gU / S_row
+        extra = matmul(gUS - matmul(U, matmul(_mT(U), gUS)), Vh)
+        gA = extra if gA is None else gA + extra
+    if gV is not None and n > k:   # the part of gV outside V's columns
+        gVS = gV / S_row
+        extra = matmul(U, _mT(gVS - matmul(_mT(Vh), matmul(Vh, gVS))))
+        gA = extra if gA is None else gA + extra
+    return gA if gA is not None else matmul(U, Vh) * 0.0
+
+
+def linalg_qr_backward(grads, Q: Tensor, R: Tensor) -> Tensor:
+    gQ = grads[0]
+    gR = grads[1] if len(grads) > 1 else None
+    m, n = Q.shape[-2], R.shape[-1]
+    if m < n:
+        raise ValueError(f"numpy.linalg.qr: the gradient of the QR of a wide matrix ({m} x {n}, fewer rows than "
+                         "columns) is not supported")
+    M = None
+    if gR is not None:
+        M = matmul(R, _mT(gR))
+    if gQ is not None:
+        M = neg(matmul(_mT(gQ), Q)) if M is None else M - matmul(_mT(gQ), Q)
+    if M is None:
+        return matmul(Q, R) * 0.0
+    k = M.shape[-1]
+    lower = M * _const_like(np.tril(np.ones((k, k)), -1), M)
+    sym = lower + _mT(lower) + M * _eye_like(k, M)       # the lower triangle copied to the upper
+    B = matmul(Q, sym)
+    if gQ is not None:
+        B = B + gQ
+    return _mT(_call("linalg_solve", R, _mT(B)))             # B R^-T
+
+
+def _array_args(fn):
+    """The numpy form of a backward helper: the same composition of ops, run on arrays."""
+    def wrap(v):
+        if isinstance(v, np.ndarray) or isinstance(v, np.generic) or (isinstance(v, float) and
+                                                                         not isinstance(v, builtins.bool)):
+            return Tensor._wrap(np.asarray(v))
+        if isinstance(v, (list, tuple)):
+            return [wrap(x) for x in v]
+        return v
+
+    def run(*args):
+        from ..autograd.grad_mode import no_grad
+        with no_grad():
+            out = fn(*[wrap(a) for a in args])
+        return out._data if isinstance(out, Tensor) else out
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def _register_linalg_helpers() -> None:
+    from . import formula_namespaces
+    for helper in (linalg_inv_backward, linalg_det_backward, linalg_slogdet_backward, linalg_solve_backward_A,
+                   linalg_solve_backward_B, linalg_cholesky_backward, linalg_eigh_backward, linalg_svd_backward,
+                   linalg_qr_backward):
+        formula_namespaces.register(helper.__name__, _array_args(helper), helper)
+
+
+_register_linalg_helpers()
+
+
+def _contract_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[Tensor, str]:
+    """Contract two einsum operands as one (batched) matrix product; ``keep``: letters still needed."""
+    batch = [c for c in sa if c in sb and c in keep]
+    summed = [c for c in sa if c in sb and c not in keep]
+    free_a = [c for c in sa if c not in sb]
+    free_b = [c for c in sb if c not in sa]
+    size = {c: a.shape[i] for i, c in enumerate(sa)}
+    size.update({c: b.shape[i] for i, c in enumerate(sb)})
+
+    def n(letters):
+        return int(np.prod([size[c] for c in letters], dtype=np.int64))
+
+    def arrange(t, s, order, shape):
+        perm = [s.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            t = permute(t, perm)
+        return reshape(t, shape) if tuple(t.shape) != shape else t
+
+    letters = batch + free_a + free_b
+    if not summed or not (free_a or free_b):
+        # nothing to sum (an outer or elementwise product) or nothing free (rowwise dots): a broadcast
+        # multiply, which fuses into a loop, instead of a matrix product of size-1 dimensions
+        dims_a = [size[c] if c in sa else 1 for c in letters + summed]
+        dims_b = [size[c] if c in sb else 1 for c in letters + summed]
+        prod_ = arrange(a, sa, [c for c in letters + summed if c in sa], tuple(dims_a)) * \
+            arrange(b, sb, [c for c in letters + summed if c in sb], tuple(dims_b))
+        if summed:
+            prod_ = sum(prod_, tuple(range(len(letters), len(letters) + len(summed))))
+        return prod_, "".join(letters)
+    lead = (n(batch),) if batch else ()
+    left = arrange(a, sa, batch + free_a + summed, lead + (n(free_a), n(summed)))
+    right = arrange(b, sb, batch + summed + free_b, lead + (n(summed), n(free_b)))
+    out = matmul(left, right)
+    shape = tuple(size[c] for c in letters)
+    return (reshape(out, shape) if tuple(out.shape) != shape else out), "".join(letters)
+
+
+def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
+    """Take the diagonal over every letter repeated within one operand (``ii``, ``bii``)."""
+    for c in dict.fromkeys(s):
+        pos = [i for i, x in enumerate(s) if x == c]
+        if len(pos) == 1:
+            continue
+        sizes = {t.shape[p] for p in pos}
+        if len(sizes) != 1:
+            raise ValueError(f"einsum: subscript {c!r} is repeated for dimensions of different sizes "
+                             f"{sorted(sizes)}")
+        rest = [i for i in range(len(s)) if i not in pos]
+        t = permute(t, rest + pos)
+        ar = np.arange(t.shape[-1])
+        t = getitem(t, (Ellipsis,) + (ar,) * len(pos))
+        s = "".join(s[i] for i in rest) + c
+    return t, s
+
+
+def _first_position(s: str, other: str, output: str) -> int:
+    """Where the first of ``s``'s own letters (not in ``other``) appears in ``output``."""
+    return builtins.min((output.index(c) for c in s if c not in other and c in output), default=len(output))
+
+
+def einsum(equation, *operands) -> Tensor:
+    """Einstein summation, any subscripts numpy accepts (implicit output, ``...``, repeated indices).
+
+    The contraction order comes from ``opt_einsum``; each pairwise contraction is one matrix product
+    (after permute/reshape), so gradients and compiled code are those of matmul, sum and indexing."""
+    import opt_einsum
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    ts = [as_tensor(o) for o in operands]
+    if not ts:
+        raise ValueError("einsum(): must provide at least one operand")
+    shapes = [tuple(t.shape) for t in ts]
+    try:
+        inputs, output, _ = opt_einsum.parser.parse_einsum_input([equation.replace(" ", ""), *shapes], shapes=True)
+    except ValueError as exc:
+        raise ValueError(f"einsum: {exc}") from None
+    subs = inputs.split(",")
+    if len(subs) != len(ts):
+        raise ValueError(f"einsum: {len(subs)} subscripts for {len(ts)} operands")
+    size: dict[str, int] = {}
+    for t, s in zip(ts, subs):
+        if len(s) != t.ndim:
+            raise ValueError(f"einsum: operand has {t.ndim} dimensions but subscripts {s!r} name {len(s)}")
+        for c, d in zip(s, t.shape):
+            if size.get(c, 1) not in (1, d) and d != 1:
+                raise ValueError(f"einsum: subscript {c!r} has sizes {size[c]} and {d}, which do not broadcast")
+            size[c] = builtins.max(size.get(c, 1), d)
+    # broadcast size-1 dimensions (numpy allows it under the ellipsis)
+    ts = [expand(t, tuple(size[c] for c in s)) if tuple(t.shape) != tuple(size[c] for c in s) else t
+          for t, s in zip(ts, subs)]
+    ops = []
+    for k, (t, s) in enumerate(zip(ts, subs)):
+        t, s = _einsum_diagonal(t, s)
+        others = set(output).union(*(subs[j] for j in range(len(subs)) if j != k))
+        lonely = [i for i, c in enumerate(s) if c not in others]
+        if lonely:   # summed letters that no other operand shares: sum them now
+            t = sum(t, tuple(lonely))
+            s = "".join(c for i, c in enumerate(s) if i not in lonely)
+        ops.append((t, s))
+    if len(ops) > 1:
+        path, _ = opt_einsum.contract_path(",".join(s for _, s in ops) + "->" + output,
+                                           *[tuple(t.shape) for t, _ in ops], shapes=True, optimize="auto")
+        for pair in path:
+            picked = [ops[i] for i in pair]
+            ops = [o for i, o in enumerate(ops) if i not in pair]
+            keep = set(output).union(*(s for _, s in ops))
+            t, s = picked[0]
+            for t2, s2 in picked[1:]:
+                if _first_position(s2, s, output) < _first_position(s, s2, output):
+                    t, s, t2, s2 = t2, s2, t, s   # the operand whose letters lead the output goes left
+                t, s = _contract_pair(t, s, t2, s2, keep)
+            ops.append((t, s))
+    t, s = ops[0]
+    extra = [i for i, c in enumerate(s) if c not in output]
+    if extra:
+        t = sum(t, tuple(extra))
+        s = "".join(c for i, c in enumerate(s) if i not in extra)
+    if s != output:
+        t = permute(t, [s.index(c) for c in output])
+    return t
+
+
+def tensordot(a, b, dims=2) -> Tensor:
+    """Sum products over the last ``dims`` axes of ``a`` and the first of ``b``, or over the axes
+    given as a pair of lists; one matrix product after permute/reshape."""
+    x, y = as_tensor(a), as_tensor(b)
+    if isinstance(dims, (int, np.integer)):
+        if dims < 0 or dims > builtins.min(x.ndim, y.ndim):
+            raise ValueError(f"tensordot: cannot contract {dims} axes of arrays of {x.ndim} and {y.ndim} dimensions")
+        axes_a, axes_b = list(range(x.ndim - dims, x.ndim)), list(range(dims))
+    else:
+        try:
+            axes_a, axes_b = dims
+        except (TypeError, ValueError):
+            raise TypeError("tensordot: axes must be an int or a pair of axis sequences") from None
+        axes_a = [axes_a] if isinstance(axes_a, (int, np.integer)) else list(axes_a)
+        axes_b = [axes_b] if isinstance(axes_b, (int, np.integer)) else list(axes_b)
+        if len(axes_a) != len(axes_b):
+            raise ValueError("tensordot: shape-mismatch for sum (the two axis lists differ in length)")
+        axes_a = [_check_dim(int(d), x.ndim, "tensordot") for d in axes_a]
+        axes_b = [_check_dim(int(d), y.ndim, "tensordot") for d in axes_b]
+    for i, j in zip(axes_a, axes_b):
+        if x.shape[i] != y.shape[j]:
+            raise ValueError(f"tensordot: shape-mismatch for sum (axis {i} of size {x.shape[i]} and axis {j} "
+                             f"of size {y.shape[j]})")
+    free_a = [i for i in range(x.ndim) if i not in axes_a]
+    free_b = [j for j in range(y.ndim) if j not in axes_b]
+    k = int(np.prod([x.shape[i] for i in axes_a], dtype=np.int64))
+    left = reshape(permute(x, free_a + axes_a) if x.ndim else x, (-1, k))
+    right = reshape(permute(y, axes_b + free_b) if y.ndim else y, (k, -1))
+    return reshape(matmul(left, right), tuple(x.shape[i] for i in free_a) + tuple(y.shape[j] for j in free_b))
+
+
+def kron(input, other) -> Tensor:
+    """Kronecker product (numpy's: the shorter shape is padded with leading ones)."""
+    a, b = as_tensor(input), as_tensor(other)
+    nd = builtins.max(a.ndim, b.ndim)
+    sa = (1,) * (nd - a.ndim) + tuple(a.shape)
+    sb = (1,) * (nd - b.ndim) + tuple(b.shape)
+    a2 = reshape(a, tuple(v for d in sa for v in (d, 1)))
+    b2 = reshape(b, tuple(v for d in sb for v in (1, d)))
+    return reshape(a2 * b2, tuple(p * q for p, q in zip(sa, sb)))
+
+
+def inner(input, other) -> Tensor:
+    """Sum of products over the last axes (a number operand multiplies)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        return mul(a, b)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"inner: last dimensions differ ({a.shape[-1]} and {b.shape[-1]})")
+    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 1]))
+
+
+def vdot(input, other) -> Tensor:
+    """Dot product of the flattened operands (real: no conjugation)."""
+    a, b = reshape(as_tensor(input), (-1,)), reshape(as_tensor(other), (-1,))
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"vdot: operands have {a.shape[0]} and {b.shape[0]} elements")
+    return dot(a, b)
+
+
+def linalg_matrix_power(A, n: int) -> Tensor:
+    """``A`` multiplied by itself ``n`` times (a negative ``n`` powers the inverse)."""
+    t = _linalg_operand(A, "linalg.matrix_power")
+    if not isinstance(n, (int, np.integer)) or isinstance(n, builtins.bool):
+        raise TypeError(f"linalg.matrix_power: the exponent must be an integer, got {type(n).__name__}")
+    n = int(n)
+    if n == 0:   # the identity, still a function of A (with gradient zero)
+        return t * 0.0 + _eye_like(t.shape[-1], t)
+    base = linalg_inv(t) if n < 0 else t
+    result, n = None, builtins.abs(n)
+    while n:   # binary powering: O(log n) products
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
+    """The ``ord``-norm over ``dim`` (all dims by default) of the flattened values."""
+    t = as_tensor(x)
+    dims = tuple(range(t.ndim)) if dim is None else _dims_arg(dim, t.ndim, "linalg.vector_norm")
+    if isinstance(ord, str):
+        raise ValueError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
+    ord = float(ord)
+    if ord == 2:
+        return _root_of_nonnegative(sum(t * t, dims, keepdim), 2.0)
+    if ord == _math.inf:
+        return amax(abs(t), dims, keepdim)
+    if ord == -_math.inf:
+        return amin(abs(t), dims, keepdim)
+    if ord == 1:
+        return sum(abs(t), dims, keepdim)
+    if ord == 0:   # the number of nonzero entries: no gradient
+        return sum(to(ne(t, 0.0), t.dtype), dims, keepdim)
+    if ord < 0:   # a zero entry makes the sum infinite and the norm 0, as in numpy
+        return pow(sum(pow(abs(t), ord), dims, keepdim), 1.0 / ord)
+    return _root_of_nonnegative(sum(pow(abs(t), ord), dims, keepdim), ord)
+
+
+def _root_of_nonnegative(s: Tensor, p: float) -> Tensor:
+    """``s ** (1/p)`` for ``s >= 0``, with gradient 0 (PyTorch's choice for a norm) where ``s`` is 0 instead of
+    the 0 * inf = nan of the root's derivative."""
+    nonzero = ne(s, 0.0)
+    safe = where(nonzero, s, 1.0)
+    root = sqrt(safe) if p == 2.0 else pow(safe, 1.0 / p)
+    return where(nonzero, root, 0.0)
+
+
+def linalg_svdvals(A) -> Tensor:
+    """Singular values, descending."""
+    return linalg_svd(A)[1]
+
+
+def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False) -> Tensor:
+    """Matrix norms over the two axes ``dim``: 'fro', 'nuc', 1, -1, 2, -2, inf, -inf."""
+    t = as_tensor(A)
+    if len(dim) != 2:
+        raise ValueError(f"linalg.matrix_norm: dim must name two axes, got {dim!r}")
+    r, c = (_check_dim(int(d), t.ndim, "linalg.matrix_norm") for d in dim)
+    if r == c:
+        raise ValueError("linalg.matrix_norm: the two axes must differ")
+    if ord == "fro":
+        return _root_of_nonnegative(sum(t * t, (r, c), keepdim), 2.0)
+    if ord in (1, -1, _math.inf, -_math.inf):
+        # 1: the largest column sum of |A|, inf: the largest row sum
+        summed, over = (r, c) if ord in (1, -1) else (c, r)
+        reduce = amax if ord > 0 else amin
+        out = reduce(sum(abs(t), summed, True), over, True)
+        return out if keepdim else squeeze(out, (r, c))
+    if ord in ("nuc", 2, -2):
+        rest = [i for i in range(t.ndim) if i not in (r, c)]
+        s = linalg_svdvals(permute(t, rest + [r, c]))
+        out = sum(s, -1) if ord == "nuc" else (amax if ord == 2 else amin)(s, -1)
+        if keepdim:
+            for d in sorted((r, c)):
+                out = unsqueeze(out, d)
+        return out
+    raise ValueError(f"linalg.matrix_norm: invalid norm order {ord!r} for matrices")
+
+
+def linalg_pinv(A, rcond) -> Tensor:
+    """Moore-Penrose pseudo-inverse from the reduced SVD, dropping singular values at or below
+    ``rcond`` times the largest (``rcond`` a number or an array over the batch)."""
+    U, S, Vh = linalg_svd(A)
+    # the comparison is an op (no gradient), so that a compiled function decides it afresh for each input
+    cutoff = mul(amax(S, -1, True), as_tensor(np.asarray(rcond, dtype=S._data.dtype)[..., None]))
+    kept = gt(S, cutoff)
+    s_inv = where(kept, reciprocal(where(kept, S, 1.0)), 0.0)
+    return matmul(transpose(Vh, -2, -1) * unsqueeze(s_inv, -2), transpose(U, -2, -1))

@@ -24,9 +24,15 @@ PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "log
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
            "amax_backward", "var_backward", "cat_backward", "inverse_permutation")
+# numpy surface: linear algebra. Backward helpers that are compositions of table ops (matmul, solve,
+# inverse...): both implementations are registered by symgrad.ops.functional through
+# symgrad.ops.formula_namespaces.register, the numpy one running the same composition on arrays.
+LINALG_HELPERS = ("linalg_inv_backward", "linalg_det_backward", "linalg_slogdet_backward",
+                  "linalg_solve_backward_A", "linalg_solve_backward_B", "linalg_cholesky_backward",
+                  "linalg_eigh_backward", "linalg_svd_backward", "linalg_qr_backward")
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
 TENSOR_ALIASES = {"slice": "slice_op", "outer": "_outer_op"}
-FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
+FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS + LINALG_HELPERS)
 
 
 # --- numpy implementations ------------------------------------------------------------------
