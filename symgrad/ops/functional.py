@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
-from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, normalize_dims
+from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, _np_reverse_cumsum, normalize_dims
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor
 from . import registry
@@ -1390,6 +1390,202 @@ def _index_arg(idx):
 
 
 # === numpy surface: reductions, scans and sorting ===
+
+# Scans, sorting, index results and counts with PyTorch's names and signatures; the numpy-shaped
+# handlers in numpy_surface/reductions.py call these.
+
+def _scan_fwd(np_scan):
+    def fwd(self, dim):
+        if self.ndim == 0:  # a scan of one value: the value (numpy's dtype rules still apply)
+            return np_scan(self.reshape(1)).reshape(())
+        return np_scan(self, axis=dim)
+
+    return fwd
+
+
+forward("cumsum")(_scan_fwd(np.cumsum))
+forward("cumprod")(_scan_fwd(np.cumprod))
+
+
+@forward("cumsum_backward")
+def _cumsum_backward_fwd(grad_output, dim):
+    if grad_output.ndim == 0:
+        return np.array(grad_output, copy=True)
+    return _np_reverse_cumsum(grad_output, dim)
+
+
+def _scan_input(input, dim, dtype, op: str) -> tuple[Tensor, int]:
+    t = as_tensor(input)
+    if dtype is not None:
+        t = to(t, dtype)
+    return t, _check_dim(dim, t.ndim, op)
+
+
+def cumsum(input, dim: int, *, dtype=None) -> Tensor:
+    """Cumulative sum along ``dim`` (CumsumBackward0)."""
+    t, dim = _scan_input(input, dim, dtype, "cumsum")
+    return _call("cumsum", t, dim)
+
+
+def cumsum_backward(grad, dim: int) -> Tensor:
+    """The reversed cumulative sum ``out[j] = sum(grad[j:])`` along ``dim``: cumsum's gradient."""
+    return _call("cumsum_backward", as_tensor(grad), dim)
+
+
+def cumprod(input, dim: int, *, dtype=None) -> Tensor:
+    """Cumulative product along ``dim`` (CumprodBackward0); the gradient is exact with zeros."""
+    t, dim = _scan_input(input, dim, dtype, "cumprod")
+    return _call("cumprod", t, dim)
+
+
+def _move_to_last(t: Tensor, dim: int) -> Tensor:
+    if dim == t.ndim - 1:
+        return t
+    return permute(t, [d for d in range(t.ndim) if d != dim] + [dim])
+
+
+def _move_from_last(t: Tensor, dim: int) -> Tensor:
+    if dim == t.ndim - 1:
+        return t
+    order = list(range(t.ndim - 1))
+    order.insert(dim, t.ndim - 1)
+    return permute(t, order)
+
+
+def cumprod_backward(grad: Tensor, self: Tensor, dim: int, result: Tensor) -> Tensor:
+    """Differentiable gradient of cumprod, exact where inputs are 0.
+
+    ``d out[k] / d x[j]`` is the cumprod of ``x`` with ``x[j]`` replaced by 1, taken at ``k >= j``: an
+    n x n cumprod per row, with no division.  Eagerly, when no input is 0, the O(n) form
+    ``reversed_cumsum(grad * out) / x`` gives the same values.
+    """
+    if self.ndim == 0:
+        return grad * Tensor._wrap(np.ones_like(self._data))
+    rec = registry._recorder
+    traced = rec is not None and rec.is_traced(self)
+    if not traced and not (self._data == 0).any():
+        return cumsum_backward(grad * result, dim) / self
+    n = self.shape[dim]
+    x, g = _move_to_last(self, dim), _move_to_last(grad, dim)
+    diagonal = Tensor._wrap(np.eye(n, dtype=bool))
+    rows = where(diagonal, 1.0, unsqueeze(x, -2))          # rows[..., j, i] = x[i], or 1 at i == j
+    upper = Tensor._wrap(np.triu(np.ones((n, n), dtype=self._data.dtype)))   # k >= j
+    gx = sum(unsqueeze(g, -2) * cumprod(rows, -1) * upper, -1)
+    return _move_from_last(gx, dim)
+
+
+@forward("argsort")
+def _argsort_fwd(self, dim=-1, descending=False):
+    if self.ndim == 0:
+        return np.zeros((), np.int64)
+    if not descending:
+        return np.argsort(self, axis=dim, kind="stable").astype(np.int64, copy=False)
+    # stable descending (ties in their original order): sort the reversed array, map the positions back
+    n = self.shape[dim]
+    flipped = np.argsort(np.flip(self, dim), axis=dim, kind="stable")
+    return np.ascontiguousarray(np.flip(n - 1 - flipped, dim)).astype(np.int64, copy=False)
+
+
+def _arg_extremum_fwd(np_fn):
+    def fwd(self, dim=None, keepdim=False):
+        if self.ndim == 0:
+            return np.zeros((), np.int64)
+        return np.asarray(np_fn(self, axis=dim, keepdims=keepdim), dtype=np.int64)
+
+    return fwd
+
+
+forward("argmax")(_arg_extremum_fwd(np.argmax))
+forward("argmin")(_arg_extremum_fwd(np.argmin))
+
+
+def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+    """Indices that sort ``input`` along ``dim`` (always a stable sort); no gradient."""
+    t = as_tensor(input)
+    return _call("argsort", t, _check_dim(dim, t.ndim, "argsort"), bool(descending))
+
+
+def argmax(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the largest element (flattened when ``dim`` is None); no gradient."""
+    t = as_tensor(input)
+    return _call("argmax", t, None if dim is None else _check_dim(dim, t.ndim, "argmax"), bool(keepdim))
+
+
+def argmin(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the smallest element (flattened when ``dim`` is None); no gradient."""
+    t = as_tensor(input)
+    return _call("argmin", t, None if dim is None else _check_dim(dim, t.ndim, "argmin"), bool(keepdim))
+
+
+def _gather_along(t: Tensor, indices: Tensor, dim: int) -> Tensor:
+    """``t`` at ``indices`` along ``dim`` (indices of ``t``'s shape): an advanced index, so the
+    gradient scatter-adds back (IndexBackward0)."""
+    key = tuple(indices if d == dim else np.arange(t.shape[d]).reshape([-1 if k == d else 1 for k in range(t.ndim)])
+                for d in range(t.ndim))
+    return _call("index.Tensor", t, key)
+
+
+return_types.sort = type("sort", (return_types._ValuesIndices,), {})
+
+
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False):
+    """``(values, indices)`` sorted along ``dim`` (stable); the gradient flows through the permutation."""
+    t = as_tensor(input)
+    indices = argsort(t, dim, descending)
+    if t.ndim == 0:
+        return return_types.sort(clone(t), indices)
+    return return_types.sort(_gather_along(t, indices, _check_dim(dim, t.ndim, "sort")), indices)
+
+
+@forward("bincount")
+def _bincount_fwd(self, weights=None, minlength=0):
+    if self.ndim != 1:
+        raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got {self.ndim} dimensions)")
+    out = np.bincount(self, weights, minlength)
+    return out.astype(np.int64 if weights is None else weights.dtype, copy=False)
+
+
+def bincount(input, weights=None, minlength: int = 0) -> Tensor:
+    """Count of each value of a 1-d integer tensor (weighted: the sum of the weights); the gradient
+    w.r.t. ``weights`` is the incoming gradient at each weight's bin."""
+    t = as_tensor(input)
+    if t.dtype.is_floating_point or t.dtype.name == "bool":
+        raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got {t.dtype})")
+    rec = registry._recorder
+    if rec is not None and rec.is_traced(t):
+        rec.refuse("bincount of a traced (compiled) input is not supported: the length of its result depends "
+                   "on the values")
+    w = None if weights is None else as_tensor(weights)
+    return _call("bincount", t, w, int(minlength))
+
+
+def _isnan(t: Tensor) -> Tensor:
+    # NaN is the one value not equal to itself; ne is a recorded op, so a compiled graph re-tests each call
+    return ne(t, t) if t.dtype.is_floating_point else Tensor._wrap(np.zeros(t.shape, dtype=bool))
+
+
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """Sum treating NaN as 0; NaN positions get gradient 0."""
+    t = as_tensor(input)
+    clean = where(_isnan(t), 0, t) if t.dtype.is_floating_point else t
+    return sum(clean, dim, keepdim, dtype=dtype) if dim is not None or keepdim else sum(clean, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """Mean of the non-NaN elements; NaN positions get gradient 0."""
+    t = as_tensor(input) if dtype is None else to(input, dtype)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"nanmean(): expected input to have floating point dtype but got {t.dtype}")
+    count = sum(logical_not(_isnan(t)), dim, keepdim) if dim is not None or keepdim else sum(logical_not(_isnan(t)))
+    return div(nansum(t, dim, keepdim), to(count, t.dtype))
+
+
+def count_nonzero(input, dim=None) -> Tensor:
+    """Number of non-zero elements (over ``dim``), as int64; no gradient."""
+    t = as_tensor(input)
+    nonzero = ne(t, 0) if t.dtype.name != "bool" else t
+    return sum(nonzero, dim) if dim is not None else sum(nonzero)
+
 
 
 # === numpy surface: linear algebra ===

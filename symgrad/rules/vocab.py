@@ -23,7 +23,8 @@ ELEMENTWISE = ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan"
 PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "logical_not")
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
-           "amax_backward", "var_backward", "cat_backward", "inverse_permutation")
+           "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
+           "cumprod_backward")  # numpy surface: reductions, scans and sorting
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
 TENSOR_ALIASES = {"slice": "slice_op", "outer": "_outer_op"}
 FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
@@ -161,6 +162,40 @@ def _np_cat_backward(grad, dim, shapes):
     return tuple(np.split(grad, sizes, axis=dim))
 
 
+# --- numpy surface: reductions, scans and sorting ---
+
+def _np_reverse_cumsum(x, axis):
+    """``out[j] = sum(x[j:])`` along ``axis``: the transpose of cumsum."""
+    return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
+
+
+def _np_cumprod_backward(grad, self, dim, result):
+    """Gradient of cumprod, exact where inputs are 0.
+
+    d out[k] / d x[j] is the product of x[:k+1] without x[j].  Before the first zero of a row that is
+    out[k] / x[j]; at the first zero z it is out[z-1] times the product of x[z+1:k+1]; after z it
+    holds x[z] = 0.
+    """
+    if np.ndim(self) == 0:  # cumprod of one value is the value
+        return np.array(grad, copy=True).reshape(())
+    x, g, out = (np.moveaxis(np.asarray(a), dim, -1) for a in (self, grad, result))
+    n = x.shape[-1]
+    if n == 0:
+        return np.zeros_like(self)
+    zero = x == 0
+    first_zero = np.where(zero.any(-1), zero.argmax(-1), n)[..., None]
+    pos = np.arange(n)
+    before = pos < first_zero
+    tail = _np_reverse_cumsum(g * out, -1)
+    gx = np.where(before, tail / np.where(before, x, 1), 0)
+    partial = np.cumprod(np.where(pos <= first_zero, 1, x), -1)  # prod of x[z+1:k+1] for k >= z
+    at_zero = np.sum(np.where(pos >= first_zero, g * partial, 0), -1, keepdims=True)
+    prev = np.take_along_axis(out, np.clip(first_zero - 1, 0, n - 1), -1)
+    prev = np.where(first_zero == 0, 1, prev)
+    gx = np.where(pos == first_zero, prev * at_zero, gx).astype(np.result_type(g, x), copy=False)
+    return np.ascontiguousarray(np.moveaxis(gx, -1, dim))
+
+
 def inverse_permutation(dims):
     """The permutation that undoes ``dims``."""
     inv = [0] * len(dims)
@@ -186,4 +221,5 @@ NUMPY_FUNCTIONS = {
     "index_reduction_backward": _np_index_reduction_backward,
     "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
     "inverse_permutation": inverse_permutation,
+    "cumprod_backward": _np_cumprod_backward,  # numpy surface: reductions, scans and sorting
 }
