@@ -1551,17 +1551,37 @@ def bincount(input, weights=None, minlength: int = 0) -> Tensor:
     t = as_tensor(input)
     if t.dtype.is_floating_point or t.dtype.name == "bool":
         raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got {t.dtype})")
-    rec = registry._recorder
-    if rec is not None and rec.is_traced(t):
-        rec.refuse("bincount of a traced (compiled) input is not supported: the length of its result depends "
-                   "on the values")
     w = None if weights is None else as_tensor(weights)
+    rec = registry._recorder
+    if rec is not None and (rec.is_traced(t) or (w is not None and rec.is_traced(w))):
+        # the graph's shapes are fixed: the length seen now must be the length of every later call
+        length = builtins.max(int(minlength), int(t._data.max()) + 1 if t._data.size else 0)
+        return _call("_bincount_fixed", t, w, int(minlength), length)
     return _call("bincount", t, w, int(minlength))
 
 
+@forward("_bincount_fixed")
+def _bincount_fixed_fwd(self, weights, minlength, length):
+    out = _bincount_fwd(self, weights, minlength)
+    if out.shape[0] != length:
+        raise ValueError(f"bincount in a compiled function: this call's result has {out.shape[0]} bins, the traced "
+                         f"one had {length}; pass minlength= at least the largest value + 1 so that the "
+                         "length is fixed")
+    return out
+
+
+@forward("isnan")
+def _isnan_fwd(self):
+    return np.isnan(self) if self.dtype.kind in "fc" else np.zeros(self.shape, dtype=bool)
+
+
+def isnan(input) -> Tensor:
+    """Where ``input`` is NaN (a bool tensor, no gradient); recorded, so a compiled graph tests each call."""
+    return _call("isnan", as_tensor(input))
+
+
 def _isnan(t: Tensor) -> Tensor:
-    # NaN is the one value not equal to itself; ne is a recorded op, so a compiled graph re-tests each call
-    return ne(t, t) if t.dtype.is_floating_point else Tensor._wrap(np.zeros(t.shape, dtype=bool))
+    return isnan(t) if t.dtype.is_floating_point else Tensor._wrap(np.zeros(t.shape, dtype=bool))
 
 
 def nansum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:

@@ -1,0 +1,151 @@
+"""The numpy usage table, reductions family: scans, diff, sorting, positions, nan-reductions, counts and
+the ufunc methods reduce / accumulate / outer, each run eagerly and compiled against numpy's values and
+finite-difference gradients (see tests/numpy_usage.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symgrad
+from tests.numpy_usage import Usage, check, params
+
+
+def n(*shape):
+    return lambda r: (r.standard_normal(shape),)
+
+
+def pos(*shape):
+    return lambda r: (r.uniform(0.5, 1.5, shape),)
+
+
+def f32(*shape):
+    return lambda r: (r.standard_normal(shape).astype(np.float32),)
+
+
+def with_zeros(*shape):
+    def build(r):
+        x = r.uniform(0.5, 1.5, shape)
+        x.reshape(-1)[[1, 4]] = 0.0  # two zeros: one row gets a zero, one row maybe two
+        return (x,)
+    return build
+
+
+def with_nans(*shape):
+    def build(r):
+        x = r.standard_normal(shape)
+        x.reshape(-1)[[0, 3]] = np.nan
+        return (x,)
+    return build
+
+
+F32 = dict(rtol=1e-5, atol=1e-6, second_order=False)
+
+ROWS = [
+    # cumsum / cumprod: axis None flattens, negative axes, float32 stays float32
+    Usage("np.cumsum(x)", lambda x: np.cumsum(x), n(3, 4)),
+    Usage("np.cumsum(x, axis=0)", lambda x: np.cumsum(x, axis=0), n(3, 4)),
+    Usage("np.cumsum(x, axis=-1)", lambda x: np.cumsum(x, axis=-1), n(2, 3, 4)),
+    Usage("np.cumsum(v) 1-D", lambda x: np.cumsum(x), n(5)),
+    Usage("np.cumsum(x, axis=1) float32", lambda x: np.cumsum(x, axis=1), f32(3, 4), **F32),
+    Usage("np.cumprod(x)", lambda x: np.cumprod(x), pos(2, 3)),
+    Usage("np.cumprod(x, axis=1)", lambda x: np.cumprod(x, axis=1), pos(3, 4)),
+    Usage("np.cumprod(x, axis=0) with zeros", lambda x: np.cumprod(x, axis=0), with_zeros(3, 4)),
+    Usage("np.cumprod(x, axis=1) with zeros", lambda x: np.cumprod(x, axis=1), with_zeros(2, 5)),
+    Usage("np.cumprod(x, axis=-1) float32", lambda x: np.cumprod(x, axis=-1), f32(2, 3), **F32),
+    # diff: order, axis, prepend/append
+    Usage("np.diff(v)", lambda x: np.diff(x), n(6)),
+    Usage("np.diff(x, axis=0)", lambda x: np.diff(x, axis=0), n(4, 3)),
+    Usage("np.diff(x, n=2)", lambda x: np.diff(x, n=2), n(3, 5)),
+    Usage("np.diff(x, n=2, axis=-2)", lambda x: np.diff(x, n=2, axis=-2), n(5, 3)),
+    Usage("np.diff(v, prepend=0.0)", lambda x: np.diff(x, prepend=0.0), n(5)),
+    Usage("np.diff(x, append=array)", lambda x: np.diff(x, axis=1, append=np.ones((3, 1))), n(3, 4)),
+    Usage("np.diff(x, prepend=x[:, :1])", lambda x: np.diff(x, prepend=x[:, :1]), n(3, 4)),
+    # sort: the gradient goes back through the permutation
+    Usage("np.sort(v)", lambda x: np.sort(x), n(6)),
+    Usage("np.sort(x) last axis", lambda x: np.sort(x), n(3, 4)),
+    Usage("np.sort(x, axis=0)", lambda x: np.sort(x, axis=0), n(4, 3)),
+    Usage("np.sort(x, axis=None)", lambda x: np.sort(x, axis=None), n(3, 4)),
+    Usage("np.sort(x, kind='stable')[..., ::-1] top", lambda x: np.sort(x, kind="stable")[:, -2:], n(3, 5)),
+    Usage("np.sort(x) float32", lambda x: np.sort(x, axis=1), f32(3, 4), **F32),
+    # positions: integer results, no gradient, usable as indices
+    Usage("np.argsort(v)", lambda x: np.argsort(x), n(6), grad=False),
+    Usage("np.argsort(x, axis=0)", lambda x: np.argsort(x, axis=0), n(4, 3), grad=False),
+    Usage("np.argsort(x, axis=None)", lambda x: np.argsort(x, axis=None), n(3, 4), grad=False),
+    Usage("np.argmax(x)", lambda x: np.argmax(x), n(3, 4), grad=False),
+    Usage("np.argmax(x, axis=1)", lambda x: np.argmax(x, axis=1), n(3, 4), grad=False),
+    Usage("np.argmax(x, axis=0, keepdims=True)", lambda x: np.argmax(x, axis=0, keepdims=True), n(3, 4),
+          grad=False),
+    Usage("np.argmin(x, axis=-1)", lambda x: np.argmin(x, axis=-1), n(2, 3, 4), grad=False),
+    Usage("np.argmin(v)", lambda x: np.argmin(x), n(7), grad=False),
+    Usage("x[np.argmax(v)] picks the largest", lambda x: x[np.argmax(x)], n(6)),
+    Usage("np.take_along_axis by argsort", lambda x: x[np.arange(3)[:, None], np.argsort(x, axis=1)], n(3, 4)),
+    # median (via sort), ptp, average
+    Usage("np.median(v) odd", lambda x: np.median(x), n(7)),
+    Usage("np.median(v) even", lambda x: np.median(x), n(6)),
+    Usage("np.median(x, axis=0)", lambda x: np.median(x, axis=0), n(4, 3)),
+    Usage("np.median(x, axis=1, keepdims=True)", lambda x: np.median(x, axis=1, keepdims=True), n(3, 5)),
+    Usage("np.ptp(x)", lambda x: np.ptp(x), n(3, 4)),
+    Usage("np.ptp(x, axis=1)", lambda x: np.ptp(x, axis=1), n(3, 4)),
+    Usage("np.ptp(x, axis=0, keepdims=True)", lambda x: np.ptp(x, axis=0, keepdims=True), n(3, 4)),
+    Usage("np.average(x)", lambda x: np.average(x), n(3, 4)),
+    Usage("np.average(x, axis=0)", lambda x: np.average(x, axis=0), n(3, 4)),
+    Usage("np.average(x, weights=w) same shape", lambda x, w: np.average(x, weights=w),
+          lambda r: (r.standard_normal((3, 4)), r.uniform(0.5, 1.5, (3, 4))), wrt=(0, 1)),
+    Usage("np.average(x, axis=1, weights=w) 1-D weights", lambda x, w: np.average(x, axis=1, weights=w),
+          lambda r: (r.standard_normal((3, 4)), r.uniform(0.5, 1.5, 4)), wrt=(0, 1)),
+    Usage("np.average(x, axis=0, weights=w, keepdims=True)",
+          lambda x, w: np.average(x, axis=0, weights=w, keepdims=True),
+          lambda r: (r.standard_normal((3, 4)), r.uniform(0.5, 1.5, 3)), wrt=(0, 1)),
+    Usage("np.average(x, axis=1, weights=w, returned=True)[0]",
+          lambda x, w: np.average(x, axis=1, weights=w, returned=True)[0],
+          lambda r: (r.standard_normal((3, 4)), r.uniform(0.5, 1.5, (3, 4))), wrt=(0, 1)),
+    Usage("np.average(x, axis=1, weights=w, returned=True)[1]",
+          lambda x, w: np.average(x, axis=1, weights=w, returned=True)[1],
+          lambda r: (r.standard_normal((3, 4)), r.uniform(0.5, 1.5, (3, 4))), wrt=(1,)),
+    # nan-reductions: NaN positions get gradient 0
+    Usage("np.nansum(x)", lambda x: np.nansum(x), with_nans(3, 4)),
+    Usage("np.nansum(x, axis=1)", lambda x: np.nansum(x, axis=1), with_nans(3, 4)),
+    Usage("np.nansum(x, axis=0, keepdims=True)", lambda x: np.nansum(x, axis=0, keepdims=True), with_nans(3, 4)),
+    Usage("np.nanmean(x)", lambda x: np.nanmean(x), with_nans(3, 4)),
+    Usage("np.nanmean(x, axis=-1)", lambda x: np.nanmean(x, axis=-1), with_nans(3, 4)),
+    Usage("np.nanmean(x, axis=0) no NaN", lambda x: np.nanmean(x, axis=0), n(3, 4)),
+    Usage("np.nansum(x) float32", lambda x: np.nansum(x, axis=1), f32(3, 4), **F32),
+    # truth and counts
+    Usage("np.any(x > 1)", lambda x: np.any(x > 1), n(3, 4), grad=False),
+    Usage("np.any(x > 1, axis=1)", lambda x: np.any(x > 1, axis=1), n(3, 4), grad=False),
+    Usage("np.all(x > -1, axis=0)", lambda x: np.all(x > -1, axis=0), n(3, 4), grad=False),
+    Usage("np.all(x, axis=1, keepdims=True)", lambda x: np.all(x, axis=1, keepdims=True),
+          lambda r: (np.round(r.uniform(0, 2, (3, 4))),), grad=False),
+    Usage("np.count_nonzero(x > 0)", lambda x: np.count_nonzero(x > 0), n(3, 4), grad=False),
+    Usage("np.count_nonzero(x, axis=0)", lambda x: np.count_nonzero(x, axis=0),
+          lambda r: (np.round(r.uniform(0, 2, (3, 4))),), grad=False),
+    Usage("np.bincount(i)", lambda i: np.bincount(i), lambda r: (r.integers(0, 5, 10),), grad=False),
+    Usage("np.bincount(i, minlength=8)", lambda i: np.bincount(i, minlength=8),
+          lambda r: (r.integers(0, 5, 10),), grad=False),
+    Usage("np.bincount(i, weights=w)", lambda i, w: np.bincount(i, weights=w),
+          lambda r: (r.integers(0, 4, 8), r.standard_normal(8)), wrt=(1,)),
+    # ufunc methods
+    Usage("np.add.reduce(x)", lambda x: np.add.reduce(x), n(3, 4)),
+    Usage("np.add.reduce(x, axis=1, keepdims=True)", lambda x: np.add.reduce(x, axis=1, keepdims=True), n(3, 4)),
+    Usage("np.add.reduce(x, axis=None)", lambda x: np.add.reduce(x, axis=None), n(3, 4)),
+    Usage("np.multiply.reduce(x, axis=1)", lambda x: np.multiply.reduce(x, axis=1), pos(3, 4)),
+    Usage("np.maximum.reduce(x)", lambda x: np.maximum.reduce(x), n(3, 4)),
+    Usage("np.maximum.reduce(x, axis=1)", lambda x: np.maximum.reduce(x, axis=1), n(3, 4)),
+    Usage("np.minimum.reduce(x, axis=-1)", lambda x: np.minimum.reduce(x, axis=-1), n(2, 3, 4)),
+    Usage("np.add.accumulate(x)", lambda x: np.add.accumulate(x), n(3, 4)),
+    Usage("np.add.accumulate(x, axis=1)", lambda x: np.add.accumulate(x, axis=1), n(3, 4)),
+    Usage("np.multiply.accumulate(v)", lambda x: np.multiply.accumulate(x), pos(5)),
+    Usage("np.add.outer(u, v)", lambda u, v: np.add.outer(u, v), lambda r: (r.standard_normal(3),
+                                                                            r.standard_normal(4)), wrt=(0, 1)),
+    Usage("np.subtract.outer(u, v)", lambda u, v: np.subtract.outer(u, v),
+          lambda r: (r.standard_normal(3), r.standard_normal(4)), wrt=(0, 1)),
+    Usage("np.multiply.outer(x, v) 2-D by 1-D", lambda u, v: np.multiply.outer(u, v),
+          lambda r: (r.standard_normal((2, 3)), r.standard_normal(4)), wrt=(0, 1)),
+    Usage("np.subtract.outer(v, const)", lambda u: np.subtract.outer(u, np.arange(3.0)), n(4)),
+]
+
+
+@params(ROWS)
+def test_usage(usage):
+    check(usage)
