@@ -130,6 +130,8 @@ ROWS = [
     Usage("np.add.reduce(x, axis=1, keepdims=True)", lambda x: np.add.reduce(x, axis=1, keepdims=True), n(3, 4)),
     Usage("np.add.reduce(x, axis=None)", lambda x: np.add.reduce(x, axis=None), n(3, 4)),
     Usage("np.multiply.reduce(x, axis=1)", lambda x: np.multiply.reduce(x, axis=1), pos(3, 4)),
+    Usage("np.multiply.reduce(x, axis=0) with zeros", lambda x: np.multiply.reduce(x, axis=0), with_zeros(3, 4)),
+    Usage("np.multiply.reduce(x, axis=None)", lambda x: np.multiply.reduce(x, axis=None), pos(2, 3)),
     Usage("np.maximum.reduce(x)", lambda x: np.maximum.reduce(x), n(3, 4)),
     Usage("np.maximum.reduce(x, axis=1)", lambda x: np.maximum.reduce(x, axis=1), n(3, 4)),
     Usage("np.minimum.reduce(x, axis=-1)", lambda x: np.minimum.reduce(x, axis=-1), n(2, 3, 4)),
@@ -149,3 +151,108 @@ ROWS = [
 @params(ROWS)
 def test_usage(usage):
     check(usage)
+
+
+# --- beyond the table: torch agreement, compiled re-runs, refusals -----------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def _pair(a, requires_grad=True):
+    return (symgrad.tensor(a, requires_grad=requires_grad), torch.tensor(a, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("name,call", [
+    ("cumsum", lambda L, x: L.cumsum(x, 1)),
+    ("cumprod", lambda L, x: L.cumprod(x, 0)),
+    ("sort values", lambda L, x: L.sort(x, 1)[0]),
+    ("sort descending", lambda L, x: L.sort(x, 0, descending=True)[0]),
+    ("nansum", lambda L, x: L.nansum(x, 1)),
+    ("nanmean", lambda L, x: L.nanmean(x, 0)),
+])
+def test_public_functions_match_torch(name, call):
+    a = np.random.default_rng(1).standard_normal((3, 4))
+    a[0, 1] = 0.0
+    if name.startswith("nan"):
+        a[1, 2] = np.nan
+    x, tx = _pair(a)
+    out, tout = call(symgrad, x), call(torch, tx)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-12, atol=1e-12)
+    g = np.random.default_rng(2).standard_normal(tuple(tout.shape))
+    out.backward(symgrad.tensor(g))
+    tout.backward(torch.tensor(g))
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_integer_results_match_torch():
+    a = np.random.default_rng(3).standard_normal((4, 5))
+    x, tx = _pair(a, requires_grad=False)
+    for fn in (lambda L, t: L.argsort(t, 1), lambda L, t: L.argsort(t, 0, descending=True),
+               lambda L, t: L.argmax(t), lambda L, t: L.argmin(t, 1, keepdim=True),
+               lambda L, t: L.sort(t, 1)[1], lambda L, t: L.count_nonzero(t > 0, 0)):
+        np.testing.assert_array_equal(fn(symgrad, x).numpy(), fn(torch, tx).numpy())
+    idx = np.array([0, 3, 3, 1, 0, 3])
+    w = np.random.default_rng(4).standard_normal(6)
+    np.testing.assert_array_equal(symgrad.bincount(symgrad.tensor(idx), minlength=6).numpy(),
+                                  torch.bincount(torch.tensor(idx), minlength=6).numpy())
+    np.testing.assert_allclose(symgrad.bincount(symgrad.tensor(idx), symgrad.tensor(w)).numpy(),
+                               torch.bincount(torch.tensor(idx), torch.tensor(w)).numpy(), rtol=1e-12)
+
+
+def test_cumprod_second_order_with_zeros_matches_torch():
+    a = np.array([[1.5, 0.0, 2.0, 0.0, -1.0], [0.0, 0.5, -2.0, 1.0, 3.0]])
+    g = np.random.default_rng(5).standard_normal(a.shape)
+    x, tx = _pair(a)
+    (gx,) = symgrad.autograd.grad(symgrad.cumprod(x, 1), x, symgrad.tensor(g), create_graph=True)
+    (tgx,) = torch.autograd.grad(torch.cumprod(tx, 1), tx, torch.tensor(g), create_graph=True)
+    np.testing.assert_allclose(gx.detach().numpy(), tgx.detach().numpy(), rtol=1e-12, atol=1e-12)
+    (gx ** 2).sum().backward()
+    (tgx ** 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_nan_positions_are_tested_on_every_call():
+    f = symgrad.value_and_grad(lambda x: np.nanmean(x * 2.0))
+    a = np.array([1.0, np.nan, 3.0, 4.0])
+    b = np.array([np.nan, 2.0, np.nan, 4.0])
+    for arr in (a, b):
+        value, grad = f(arr)
+        assert value == pytest.approx(np.nanmean(arr * 2.0))
+        np.testing.assert_allclose(grad, np.where(np.isnan(arr), 0.0, 2.0 / np.sum(~np.isnan(arr))))
+
+
+def test_compiled_bincount_refuses_a_different_length():
+    f = symgrad.compile(lambda i: np.bincount(i))
+    np.testing.assert_array_equal(np.asarray(f(np.array([0, 2, 2]))), [1, 0, 2])
+    np.testing.assert_array_equal(np.asarray(f(np.array([1, 1, 2]))), [0, 2, 1])
+    with pytest.raises(ValueError, match="bincount in a compiled function"):
+        f(np.array([0, 5, 1]))
+    with pytest.raises(ValueError, match="bincount in a compiled function"):
+        f(np.array([0, 1, 1]))
+
+
+def test_float32_stays_float32_compiled():
+    x = np.random.default_rng(6).standard_normal((3, 4)).astype(np.float32)
+    for fn in (lambda x: np.sum(np.cumsum(x, axis=1) ** 2), lambda x: np.sum(np.sort(x, axis=0) * x),
+               lambda x: np.sum(np.cumprod(x, axis=1)), lambda x: np.nansum(x) + np.median(x)):
+        value, grad = symgrad.value_and_grad(fn)(x)
+        assert grad.dtype == np.float32
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda x: np.cumsum(x, out=np.empty(12)), ("numpy.cumsum", "out")),
+    (lambda x: np.cumsum(x, axis=(0, 1)), ("numpy.cumsum", "axis")),
+    (lambda x: np.sort(x, order="f"), ("numpy.sort", "order")),
+    (lambda x: np.nansum(x, where=np.ones((3, 4), bool)), ("numpy.nansum", "where")),
+    (lambda x: np.add.reduce(x, initial=1.0), ("numpy.add.reduce", "initial")),
+    (lambda x: np.maximum.reduce(x, dtype=np.float32), ("numpy.maximum.reduce", "dtype")),
+    (lambda x: np.logical_and.reduce(x), ("numpy.logical_and.reduce",)),
+    (lambda x: np.add.reduceat(x, [0, 2]), ("numpy.add.reduceat",)),
+    (lambda x: np.argmax(x, axis=(0, 1)), ("numpy.argmax", "axis")),
+])
+def test_unsupported_arguments_name_the_function(call, words):
+    x = symgrad.tensor(np.ones((3, 4)), requires_grad=True)
+    with pytest.raises(TypeError) as info:
+        call(x)
+    for w in words:
+        assert w in str(info.value)
