@@ -17,8 +17,15 @@ import numpy as np
 
 from ...tensor import Tensor
 from .. import functional as F
-from ..numpy_dispatch import _NOT_GIVEN, _UFUNCS, _axis, _float_for_mean, _FUNCTIONS, numpy_functions, \
-    numpy_ufunc_methods
+from ..numpy_dispatch import (
+    _FUNCTIONS,
+    _NOT_GIVEN,
+    _UFUNCS,
+    _axis,
+    _float_for_mean,
+    numpy_functions,
+    numpy_ufunc_methods,
+)
 
 __all__: list[str] = []
 
