@@ -240,6 +240,8 @@ SAMPLES = {
     "cumsum_backward": lambda r: [(U(r, 3, 4), 1), (U(r, 5), 0)],
     "cumprod": lambda r: [(A(r, 3, 4), 1), (A(r, 3, 4), 0), (with_zero(A(r, 2, 5), (0, 2)), 1),
                           (with_zero(A(r, 2, 5), (1, 1), (1, 3)), -1), (with_zero(A(r, 4, 2), (0, 0)), 0)],
+    "cumprod_backward": lambda r: [(U(r, 3, 4), A(r, 3, 4), 1), (U(r, 3, 4), with_zero(A(r, 3, 4), (1, 0), (1, 2)), 1),
+                                   (U(r, 4, 2), with_zero(A(r, 4, 2), (0, 1)), 0), (U(r, 5), A(r, 5), -1)],
     "argsort": lambda r: [(D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True), (D(r, 5), -1, False)],
     "argmax": lambda r: [(D(r, 3, 4), None, False), (D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True)],
     "argmin": lambda r: [(D(r, 3, 4), None, False), (D(r, 3, 4), -1, False), (D(r, 3, 4), 1, True)],

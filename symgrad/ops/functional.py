@@ -19,7 +19,13 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
-from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, _np_reverse_cumsum, normalize_dims
+from ..rules.vocab import (
+    _exclusive_prod,
+    _np_cumprod_backward,
+    _np_prod_backward_all,
+    _np_reverse_cumsum,
+    normalize_dims,
+)
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor
 from . import registry
@@ -1452,26 +1458,47 @@ def _move_from_last(t: Tensor, dim: int) -> Tensor:
     return permute(t, order)
 
 
-def cumprod_backward(grad: Tensor, self: Tensor, dim: int, result: Tensor) -> Tensor:
-    """Differentiable gradient of cumprod, exact where inputs are 0.
+@forward("cumprod_backward")
+def _cumprod_backward_fwd(grad_output, self, dim):
+    grad_output = np.broadcast_to(grad_output, self.shape)
+    return _np_cumprod_backward(grad_output, self, dim, _scan_fwd(np.cumprod)(self, dim))
 
-    ``d out[k] / d x[j]`` is the cumprod of ``x`` with ``x[j]`` replaced by 1, taken at ``k >= j``: an
-    n x n cumprod per row, with no division.  Eagerly, when no input is 0, the O(n) form
-    ``reversed_cumsum(grad * out) / x`` gives the same values.
-    """
+
+def cumprod_backward(grad, self, dim: int) -> Tensor:
+    """cumprod's gradient along ``dim`` (an O(n) scan, exact where inputs are 0)."""
+    return _call("cumprod_backward", as_tensor(grad), as_tensor(self), dim)
+
+
+def _cumprod_partials(x: Tensor) -> Tensor:
+    """Differentiable ``D[..., j, k] = d cumprod(x)[k] / d x[j]`` along the last dim: the cumprod of ``x``
+    with ``x[j]`` replaced by 1, kept for ``k >= j`` (no division, so exact with zeros)."""
+    n = x.shape[-1]
+    rows = where(Tensor._wrap(np.eye(n, dtype=bool)), 1.0, unsqueeze(x, -2))
+    return cumprod(rows, -1) * Tensor._wrap(np.triu(np.ones((n, n), dtype=x._data.dtype))), rows
+
+
+def cumprod_jvp(t: Tensor, self: Tensor, dim: int) -> Tensor:
+    """``J t`` for ``J`` the Jacobian of cumprod along ``dim`` (differentiable; n x n per row)."""
     if self.ndim == 0:
-        return grad * Tensor._wrap(np.ones_like(self._data))
-    rec = registry._recorder
-    traced = rec is not None and rec.is_traced(self)
-    if not traced and not (self._data == 0).any():
-        return cumsum_backward(grad * result, dim) / self
+        return t * 1.0
+    t = expand(t, tuple(self.shape)) if tuple(t.shape) != tuple(self.shape) else t
+    partials, _ = _cumprod_partials(_move_to_last(self, dim))
+    return _move_from_last(sum(unsqueeze(_move_to_last(t, dim), -1) * partials, -2), dim)
+
+
+def cumprod_double_backward(gg: Tensor, grad: Tensor, self: Tensor, dim: int) -> Tensor:
+    """Gradient w.r.t. ``self`` of ``sum(gg * cumprod_backward(grad, self, dim))`` (differentiable)."""
+    if self.ndim == 0:
+        return gg * 0.0
     n = self.shape[dim]
-    x, g = _move_to_last(self, dim), _move_to_last(grad, dim)
-    diagonal = Tensor._wrap(np.eye(n, dtype=bool))
-    rows = where(diagonal, 1.0, unsqueeze(x, -2))          # rows[..., j, i] = x[i], or 1 at i == j
-    upper = Tensor._wrap(np.triu(np.ones((n, n), dtype=self._data.dtype)))   # k >= j
-    gx = sum(unsqueeze(g, -2) * cumprod(rows, -1) * upper, -1)
-    return _move_from_last(gx, dim)
+    x = _move_to_last(self, dim)
+    g2, g = (_move_to_last(expand(a, tuple(self.shape)) if tuple(a.shape) != tuple(self.shape) else a, dim)
+             for a in (gg, grad))
+    _, rows = _cumprod_partials(x)
+    upper = Tensor._wrap(np.triu(np.ones((n, n), dtype=self._data.dtype)))
+    d_rows = cumprod_backward(unsqueeze(g2, -1) * unsqueeze(g, -2) * upper, rows, -1)
+    off_diagonal = Tensor._wrap(1.0 - np.eye(n, dtype=self._data.dtype))
+    return _move_from_last(sum(d_rows * off_diagonal, -2), dim)
 
 
 @forward("argsort")

@@ -24,7 +24,7 @@ PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "log
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
            "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
-           "cumprod_backward")  # numpy surface: reductions, scans and sorting
+           "cumprod_jvp", "cumprod_double_backward")  # numpy surface: reductions, scans and sorting
 # Function names whose symgrad implementation has another Python name (to avoid shadowing builtins).
 TENSOR_ALIASES = {"slice": "slice_op", "outer": "_outer_op"}
 FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS)
@@ -196,6 +196,39 @@ def _np_cumprod_backward(grad, self, dim, result):
     return np.ascontiguousarray(np.moveaxis(gx, -1, dim))
 
 
+def _np_cumprod_partials(x):
+    """``D[..., j, k] = d cumprod(x)[k] / d x[j]`` along the last axis: the product of ``x[:k+1]`` without
+    ``x[j]`` for ``k >= j``, else 0 (an n x n cumprod, no division: exact with zeros).  Also the
+    n x n ``rows`` it is the cumprod of."""
+    n = x.shape[-1]
+    rows = np.where(np.eye(n, dtype=bool), np.ones((), x.dtype), x[..., None, :])
+    return np.cumprod(rows, -1) * np.triu(np.ones((n, n), x.dtype)), rows
+
+
+def _np_cumprod_jvp(t, self, dim):
+    """``J t`` for ``J`` the Jacobian of cumprod along ``dim`` (cumprod_backward's gradient w.r.t. grad)."""
+    if np.ndim(self) == 0:
+        return np.array(t, copy=True)
+    x, tt = np.moveaxis(self, dim, -1), np.moveaxis(np.broadcast_to(t, self.shape), dim, -1)
+    partials, _ = _np_cumprod_partials(x)
+    return np.ascontiguousarray(np.moveaxis((tt[..., :, None] * partials).sum(-2), -1, dim))
+
+
+def _np_cumprod_double_backward(gg, grad, self, dim):
+    """Gradient w.r.t. ``self`` of ``sum(gg * cumprod_backward(grad, self, dim))``: back through the
+    n x n cumprod of :func:`_np_cumprod_partials`."""
+    if np.ndim(self) == 0:
+        return np.zeros_like(self)
+    x = np.moveaxis(self, dim, -1)
+    g2, g = (np.moveaxis(np.broadcast_to(a, self.shape), dim, -1) for a in (gg, grad))
+    partials, rows = _np_cumprod_partials(x)
+    n = x.shape[-1]
+    weights = g2[..., :, None] * g[..., None, :] * np.triu(np.ones((n, n), x.dtype))
+    d_rows = _np_cumprod_backward(weights, rows, -1, np.cumprod(rows, -1))
+    d_x = np.where(np.eye(n, dtype=bool), np.zeros((), d_rows.dtype), d_rows).sum(-2)
+    return np.ascontiguousarray(np.moveaxis(d_x, -1, dim))
+
+
 def inverse_permutation(dims):
     """The permutation that undoes ``dims``."""
     inv = [0] * len(dims)
@@ -221,5 +254,7 @@ NUMPY_FUNCTIONS = {
     "index_reduction_backward": _np_index_reduction_backward,
     "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
     "inverse_permutation": inverse_permutation,
-    "cumprod_backward": _np_cumprod_backward,  # numpy surface: reductions, scans and sorting
+    # numpy surface: reductions, scans and sorting
+    "cumprod_jvp": lambda t, self, dim: _np_cumprod_jvp(t, self, dim),
+    "cumprod_double_backward": lambda gg, grad, self, dim: _np_cumprod_double_backward(gg, grad, self, dim),
 }
