@@ -125,6 +125,16 @@ ROWS = [
           lambda r: (r.integers(0, 5, 10),), grad=False),
     Usage("np.bincount(i, weights=w)", lambda i, w: np.bincount(i, weights=w),
           lambda r: (r.integers(0, 4, 8), r.standard_normal(8)), wrt=(1,)),
+    # integer and bool inputs: numpy's integer results
+    Usage("np.cumsum(int array, axis=1)", lambda i: np.cumsum(i, axis=1),
+          lambda r: (r.integers(-5, 5, (3, 4)),), grad=False),
+    Usage("np.cumprod(int array)", lambda i: np.cumprod(i), lambda r: (r.integers(-3, 4, (2, 3)),), grad=False),
+    Usage("np.cumsum(bool array)", lambda x: np.cumsum(x > 0), n(6), grad=False),
+    Usage("np.diff(int array)", lambda i: np.diff(i), lambda r: (r.integers(-5, 5, (3, 4)),), grad=False),
+    Usage("np.diff(bool array)", lambda x: np.diff(x > 0), n(6), grad=False),
+    Usage("np.sort(int array, axis=0)", lambda i: np.sort(i, axis=0), lambda r: (r.integers(-9, 9, (4, 3)),),
+          grad=False),
+    Usage("np.isnan(x) in a compiled where", lambda x: np.where(np.isnan(x), 0.0, x), with_nans(3, 4)),
     # ufunc methods
     Usage("np.add.reduce(x)", lambda x: np.add.reduce(x), n(3, 4)),
     Usage("np.add.reduce(x, axis=1, keepdims=True)", lambda x: np.add.reduce(x, axis=1, keepdims=True), n(3, 4)),
@@ -219,6 +229,12 @@ def test_compiled_nan_positions_are_tested_on_every_call():
         value, grad = f(arr)
         assert value == pytest.approx(np.nanmean(arr * 2.0))
         np.testing.assert_allclose(grad, np.where(np.isnan(arr), 0.0, 2.0 / np.sum(~np.isnan(arr))))
+
+
+def test_compiled_isnan_is_tested_on_every_call():
+    f = symgrad.compile(lambda x: np.where(np.isnan(x), 0.0, x) * 2.0)
+    for arr in (np.array([1.0, np.nan, 2.0]), np.array([np.nan, 1.0, 2.0])):
+        np.testing.assert_array_equal(np.asarray(f(arr)), np.where(np.isnan(arr), 0.0, arr) * 2.0)
 
 
 def test_compiled_bincount_refuses_a_different_length():

@@ -25,6 +25,7 @@ from ..numpy_dispatch import (
     _float_for_mean,
     numpy_functions,
     numpy_ufunc_methods,
+    numpy_ufuncs,
 )
 
 __all__: list[str] = []
@@ -195,6 +196,10 @@ def _kept_axes(axes, ndim):
 
 
 # --- reductions -----------------------------------------------------------------------------
+
+# np.isnan as the recorded isnan op: a compiled graph tests each call's values (the nan-reductions use it)
+numpy_ufuncs(np.isnan)(lambda x: F.isnan(x))
+
 
 
 def _reduce_call(fn, t: Tensor, axis, keepdims: bool):
