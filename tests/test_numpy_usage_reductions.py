@@ -272,3 +272,11 @@ def test_unsupported_arguments_name_the_function(call, words):
         call(x)
     for w in words:
         assert w in str(info.value)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_compiled_self_comparison_is_not_folded(backend):
+    # x != x is numpy's NaN test; sympy would fold Ne(x, x) to False when printing a kernel
+    f = symgrad.compile(lambda x: np.where(x != x, 0.0, x) + np.where(x == x, 1.0, -1.0), backend=backend)
+    arr = np.array([1.0, np.nan, 2.0])
+    np.testing.assert_array_equal(np.asarray(f(arr)), [2.0, -1.0, 3.0])
