@@ -1445,12 +1445,14 @@ def cumprod(input, dim: int, *, dtype=None) -> Tensor:
 
 
 def _move_to_last(t: Tensor, dim: int) -> Tensor:
+    dim = _check_dim(dim, t.ndim, "cumprod")
     if dim == t.ndim - 1:
         return t
     return permute(t, [d for d in range(t.ndim) if d != dim] + [dim])
 
 
 def _move_from_last(t: Tensor, dim: int) -> Tensor:
+    dim = _check_dim(dim, t.ndim, "cumprod")
     if dim == t.ndim - 1:
         return t
     order = list(range(t.ndim - 1))
