@@ -35,7 +35,8 @@ def _refuse(name: str, **given) -> None:
     """TypeError for an argument symgrad cannot honour (any value other than "not given")."""
     for key, value in given.items():
         if value is not None and value is not _NOT_GIVEN:
-            raise TypeError(f"symgrad: numpy.{name} with {key}={value!r} is not supported on symgrad tensors")
+            shown = f"<{type(value).__name__}>" if isinstance(value, (np.ndarray, Tensor, tuple)) else repr(value)
+            raise TypeError(f"symgrad: numpy.{name} with {key}={shown} is not supported on symgrad tensors")
 
 
 def _one_axis(name: str, axis, ndim: int) -> int:
