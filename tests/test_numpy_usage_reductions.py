@@ -188,6 +188,8 @@ def _pair(a, requires_grad=True):
     ("cumprod", lambda L, x: L.cumprod(x, 0)),
     ("sort values", lambda L, x: L.sort(x, 1)[0]),
     ("sort descending", lambda L, x: L.sort(x, 0, descending=True)[0]),
+    ("diff", lambda L, x: L.diff(x, 2, 0)),
+    ("diff prepend/append", lambda L, x: L.diff(x, dim=1, prepend=x[:, :1] * 2, append=x[:, -1:])),
     ("nansum", lambda L, x: L.nansum(x, 1)),
     ("nanmean", lambda L, x: L.nanmean(x, 0)),
 ])

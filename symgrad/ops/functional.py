@@ -1503,6 +1503,28 @@ def cumprod_double_backward(gg: Tensor, grad: Tensor, self: Tensor, dim: int) ->
     return _move_from_last(sum(d_rows * off_diagonal, -2), dim)
 
 
+def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
+    """``n``-th forward difference along ``dim``, after putting ``prepend``/``append`` around ``input``;
+    on bool tensors the difference is "not equal", as in PyTorch and numpy."""
+    t = as_tensor(input)
+    if t.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    if n < 0:
+        raise RuntimeError(f"order must be non-negative but got {n}")
+    dim = _check_dim(dim, t.ndim, "diff")
+    pieces = [as_tensor(p) for p in (prepend, None, append) if p is not None]
+    if pieces:
+        pieces.insert(0 if prepend is None else 1, t)
+        t = cat(pieces, dim)
+    for _ in range(n):
+        length = t.shape[dim]
+        if length == 0:
+            break
+        later, earlier = slice_op(t, dim, 1, length, 1), slice_op(t, dim, 0, length - 1, 1)
+        t = ne(later, earlier) if t.dtype.name == "bool" else sub(later, earlier)
+    return t
+
+
 @forward("argsort")
 def _argsort_fwd(self, dim=-1, descending=False):
     if self.ndim == 0:

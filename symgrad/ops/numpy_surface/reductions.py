@@ -97,16 +97,7 @@ def _diff(a, n=1, axis=-1, prepend=_NOT_GIVEN, append=_NOT_GIVEN):
             shape[axis] = 1
             e = F.expand(F.reshape(e, (1,) * t.ndim), tuple(shape))
         parts.append(e)
-    pieces = [p for p in (parts[0], t, parts[1]) if p is not None]
-    t = F.cat(pieces, axis) if len(pieces) > 1 else t
-    for _ in range(int(n)):
-        length = t.shape[axis]
-        if length == 0:
-            break
-        # bool arrays: numpy's diff is "not equal" (subtraction is undefined on bools)
-        later, earlier = F.slice_op(t, axis, 1, length, 1), F.slice_op(t, axis, 0, length - 1, 1)
-        t = F.ne(later, earlier) if t.dtype.name == "bool" else F.sub(later, earlier)
-    return t
+    return F.diff(t, int(n), axis, *parts)
 
 
 # --- sorting and positions ------------------------------------------------------------------
