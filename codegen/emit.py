@@ -22,6 +22,7 @@ def forward(x):
 from __future__ import annotations
 
 import keyword
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -193,6 +194,8 @@ def arg_source(a, label: str, names: dict, ns: dict) -> str:
         return index_src(a.parts)
     if isinstance(a, tuple) and all(isinstance(x, (int, float, bool, type(None))) for x in a):
         return repr(a)
+    if isinstance(a, float) and not math.isfinite(a):  # repr gives `nan` / `inf`, not names in the glue
+        return const(a)
     if isinstance(a, (int, float, bool, str, type(None))):
         return repr(a)
     return const(a)

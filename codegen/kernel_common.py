@@ -158,7 +158,9 @@ def lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
     args = [lift_constants(a, constants) if isinstance(a, sympy.Basic) else a for a in expr.args]
     if isinstance(expr, sympy.Piecewise):
         return sympy.Piecewise(*args, evaluate=False)
-    return expr.func(*args, evaluate=False) if isinstance(expr, (sympy.Add, sympy.Mul)) else expr.func(*args)
+    # unevaluated: sympy folds x - x to 0 and Ne(x, x) to False, which NaN contradicts
+    keep_form = (sympy.Add, sympy.Mul, sympy.core.relational.Relational)
+    return expr.func(*args, evaluate=False) if isinstance(expr, keep_form) else expr.func(*args)
 
 
 def generic_arg(a, constants: list, code: str) -> str:

@@ -257,6 +257,20 @@ SAMPLES = {
     "linalg_eigh": lambda r: [(_SPD(r, 3, 3), "L"), (_SPD(r, 3, 3), "U"), (_SPD(r, 2, 3, 3), "L")],
     "linalg_svd": lambda r: [(U(r, 4, 3),), (U(r, 3, 4),), (U(r, 2, 3, 3),)],
     "linalg_qr": lambda r: [(U(r, 4, 3),), (U(r, 2, 3, 3),)],
+    # numpy surface: reductions, scans and sorting (cumprod with zeros: exact gradients there)
+    "cumsum": lambda r: [(U(r, 3, 4), 1), (U(r, 3, 4), 0), (U(r, 2, 3, 4), -1)],
+    "cumsum_backward": lambda r: [(U(r, 3, 4), 1), (U(r, 5), 0)],
+    "cumprod": lambda r: [(A(r, 3, 4), 1), (A(r, 3, 4), 0), (with_zero(A(r, 2, 5), (0, 2)), 1),
+                          (with_zero(A(r, 2, 5), (1, 1), (1, 3)), -1), (with_zero(A(r, 4, 2), (0, 0)), 0)],
+    "cumprod_backward": lambda r: [(U(r, 3, 4), A(r, 3, 4), 1), (U(r, 3, 4), with_zero(A(r, 3, 4), (1, 0), (1, 2)), 1),
+                                   (U(r, 4, 2), with_zero(A(r, 4, 2), (0, 1)), 0), (U(r, 5), A(r, 5), -1)],
+    "argsort": lambda r: [(D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True), (D(r, 5), -1, False)],
+    "argmax": lambda r: [(D(r, 3, 4), None, False), (D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True)],
+    "argmin": lambda r: [(D(r, 3, 4), None, False), (D(r, 3, 4), -1, False), (D(r, 3, 4), 1, True)],
+    # the weights are the differentiable input (torch's bincount has no gradient: no torch row)
+    "bincount": lambda r: [(r.integers(0, 4, 9), U(r, 9), 0), (r.integers(0, 4, 9), U(r, 9), 6)],
+    "_bincount_fixed": lambda r: [(np.array([0, 2, 2, 1]), U(r, 4), 0, 3), (np.array([0, 2, 2, 1]), U(r, 4), 5, 5)],
+    "isnan": lambda r: [(np.array([1.0, np.nan, -2.0, np.inf]),), (U(r, 2, 3),)],
 }
 
 
@@ -753,6 +767,13 @@ TORCH_EQUIVALENT = {
     "linalg_eigh": TorchCall(_torch_eigh),
     "linalg_svd": TorchCall(_torch_svd),
     "linalg_qr": TorchCall(_torch_qr),
+    # numpy surface: reductions, scans and sorting
+    "cumsum": lambda L, x, dim: L.cumsum(x, dim),
+    "cumprod": lambda L, x, dim: L.cumprod(x, dim),
+    "argsort": lambda L, x, dim, descending: L.argsort(x, dim=dim, descending=descending, stable=True),
+    "argmax": lambda L, x, dim, keepdim: L.argmax(x, dim=dim, keepdim=keepdim),
+    "argmin": lambda L, x, dim, keepdim: L.argmin(x, dim=dim, keepdim=keepdim),
+    "isnan": lambda L, x: L.isnan(x),
 }
 
 

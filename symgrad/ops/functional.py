@@ -20,7 +20,13 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
-from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, normalize_dims
+from ..rules.vocab import (
+    _exclusive_prod,
+    _np_cumprod_backward,
+    _np_prod_backward_all,
+    _np_reverse_cumsum,
+    normalize_dims,
+)
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor
 from . import registry
@@ -1408,6 +1414,267 @@ def _index_arg(idx):
 
 
 # === numpy surface: reductions, scans and sorting ===
+
+# Scans, sorting, index results and counts with PyTorch's names and signatures; the numpy-shaped
+# handlers in numpy_surface/reductions.py call these.
+
+def _scan_fwd(np_scan):
+    def fwd(self, dim):
+        if self.ndim == 0:  # a scan of one value: the value (numpy's dtype rules still apply)
+            return np_scan(self.reshape(1)).reshape(())
+        return np_scan(self, axis=dim)
+
+    return fwd
+
+
+forward("cumsum")(_scan_fwd(np.cumsum))
+forward("cumprod")(_scan_fwd(np.cumprod))
+
+
+@forward("cumsum_backward")
+def _cumsum_backward_fwd(grad_output, dim):
+    if grad_output.ndim == 0:
+        return np.array(grad_output, copy=True)
+    return _np_reverse_cumsum(grad_output, dim)
+
+
+def _scan_input(input, dim, dtype, op: str) -> tuple[Tensor, int]:
+    t = as_tensor(input)
+    if dtype is not None:
+        t = to(t, dtype)
+    return t, _check_dim(dim, t.ndim, op)
+
+
+def cumsum(input, dim: int, *, dtype=None) -> Tensor:
+    """Cumulative sum along ``dim`` (CumsumBackward0)."""
+    t, dim = _scan_input(input, dim, dtype, "cumsum")
+    return _call("cumsum", t, dim)
+
+
+def cumsum_backward(grad, dim: int) -> Tensor:
+    """The reversed cumulative sum ``out[j] = sum(grad[j:])`` along ``dim``: cumsum's gradient."""
+    return _call("cumsum_backward", as_tensor(grad), dim)
+
+
+def cumprod(input, dim: int, *, dtype=None) -> Tensor:
+    """Cumulative product along ``dim`` (CumprodBackward0); the gradient is exact with zeros."""
+    t, dim = _scan_input(input, dim, dtype, "cumprod")
+    return _call("cumprod", t, dim)
+
+
+def _move_to_last(t: Tensor, dim: int) -> Tensor:
+    dim = _check_dim(dim, t.ndim, "cumprod")
+    if dim == t.ndim - 1:
+        return t
+    return permute(t, [d for d in range(t.ndim) if d != dim] + [dim])
+
+
+def _move_from_last(t: Tensor, dim: int) -> Tensor:
+    dim = _check_dim(dim, t.ndim, "cumprod")
+    if dim == t.ndim - 1:
+        return t
+    order = list(range(t.ndim - 1))
+    order.insert(dim, t.ndim - 1)
+    return permute(t, order)
+
+
+@forward("cumprod_backward")
+def _cumprod_backward_fwd(grad_output, self, dim):
+    grad_output = np.broadcast_to(grad_output, self.shape)
+    return _np_cumprod_backward(grad_output, self, dim, _scan_fwd(np.cumprod)(self, dim))
+
+
+def cumprod_backward(grad, self, dim: int) -> Tensor:
+    """cumprod's gradient along ``dim`` (an O(n) scan, exact where inputs are 0)."""
+    return _call("cumprod_backward", as_tensor(grad), as_tensor(self), dim)
+
+
+def _cumprod_partials(x: Tensor) -> Tensor:
+    """Differentiable ``D[..., j, k] = d cumprod(x)[k] / d x[j]`` along the last dim: the cumprod of ``x``
+    with ``x[j]`` replaced by 1, kept for ``k >= j`` (no division, so exact with zeros)."""
+    n = x.shape[-1]
+    rows = where(Tensor._wrap(np.eye(n, dtype=bool)), 1.0, unsqueeze(x, -2))
+    return cumprod(rows, -1) * Tensor._wrap(np.triu(np.ones((n, n), dtype=x._data.dtype))), rows
+
+
+def cumprod_jvp(t: Tensor, self: Tensor, dim: int) -> Tensor:
+    """``J t`` for ``J`` the Jacobian of cumprod along ``dim`` (differentiable; n x n per row)."""
+    if self.ndim == 0:
+        return t * 1.0
+    t = expand(t, tuple(self.shape)) if tuple(t.shape) != tuple(self.shape) else t
+    partials, _ = _cumprod_partials(_move_to_last(self, dim))
+    return _move_from_last(sum(unsqueeze(_move_to_last(t, dim), -1) * partials, -2), dim)
+
+
+def cumprod_double_backward(gg: Tensor, grad: Tensor, self: Tensor, dim: int) -> Tensor:
+    """Gradient w.r.t. ``self`` of ``sum(gg * cumprod_backward(grad, self, dim))`` (differentiable)."""
+    if self.ndim == 0:
+        return gg * 0.0
+    n = self.shape[dim]
+    x = _move_to_last(self, dim)
+    g2, g = (_move_to_last(expand(a, tuple(self.shape)) if tuple(a.shape) != tuple(self.shape) else a, dim)
+             for a in (gg, grad))
+    _, rows = _cumprod_partials(x)
+    upper = Tensor._wrap(np.triu(np.ones((n, n), dtype=self._data.dtype)))
+    d_rows = cumprod_backward(unsqueeze(g2, -1) * unsqueeze(g, -2) * upper, rows, -1)
+    off_diagonal = Tensor._wrap(1.0 - np.eye(n, dtype=self._data.dtype))
+    return _move_from_last(sum(d_rows * off_diagonal, -2), dim)
+
+
+def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
+    """``n``-th forward difference along ``dim``, after putting ``prepend``/``append`` around ``input``;
+    on bool tensors the difference is "not equal", as in PyTorch and numpy."""
+    t = as_tensor(input)
+    if t.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    if n < 0:
+        raise RuntimeError(f"order must be non-negative but got {n}")
+    dim = _check_dim(dim, t.ndim, "diff")
+    pieces = [as_tensor(p) for p in (prepend, None, append) if p is not None]
+    if pieces:
+        pieces.insert(0 if prepend is None else 1, t)
+        t = cat(pieces, dim)
+    for _ in range(n):
+        length = t.shape[dim]
+        if length == 0:
+            break
+        later, earlier = slice_op(t, dim, 1, length, 1), slice_op(t, dim, 0, length - 1, 1)
+        t = ne(later, earlier) if t.dtype.name == "bool" else sub(later, earlier)
+    return t
+
+
+@forward("argsort")
+def _argsort_fwd(self, dim=-1, descending=False):
+    if self.ndim == 0:
+        return np.zeros((), np.int64)
+    if not descending:
+        return np.argsort(self, axis=dim, kind="stable").astype(np.int64, copy=False)
+    # stable descending (ties in their original order): sort the reversed array, map the positions back
+    n = self.shape[dim]
+    flipped = np.argsort(np.flip(self, dim), axis=dim, kind="stable")
+    return np.ascontiguousarray(np.flip(n - 1 - flipped, dim)).astype(np.int64, copy=False)
+
+
+def _arg_extremum_fwd(np_fn):
+    def fwd(self, dim=None, keepdim=False):
+        if self.ndim == 0:
+            return np.zeros((), np.int64)
+        return np.asarray(np_fn(self, axis=dim, keepdims=keepdim), dtype=np.int64)
+
+    return fwd
+
+
+forward("argmax")(_arg_extremum_fwd(np.argmax))
+forward("argmin")(_arg_extremum_fwd(np.argmin))
+
+
+def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+    """Indices that sort ``input`` along ``dim`` (always a stable sort); no gradient."""
+    t = as_tensor(input)
+    return _call("argsort", t, _check_dim(dim, t.ndim, "argsort"), bool(descending))
+
+
+def argmax(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the largest element (flattened when ``dim`` is None); no gradient."""
+    t = as_tensor(input)
+    return _call("argmax", t, None if dim is None else _check_dim(dim, t.ndim, "argmax"), bool(keepdim))
+
+
+def argmin(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the smallest element (flattened when ``dim`` is None); no gradient."""
+    t = as_tensor(input)
+    return _call("argmin", t, None if dim is None else _check_dim(dim, t.ndim, "argmin"), bool(keepdim))
+
+
+def _gather_along(t: Tensor, indices: Tensor, dim: int) -> Tensor:
+    """``t`` at ``indices`` along ``dim`` (indices of ``t``'s shape): an advanced index, so the
+    gradient scatter-adds back (IndexBackward0)."""
+    key = tuple(indices if d == dim else np.arange(t.shape[d]).reshape([-1 if k == d else 1 for k in range(t.ndim)])
+                for d in range(t.ndim))
+    return _call("index.Tensor", t, key)
+
+
+return_types.sort = type("sort", (return_types._ValuesIndices,), {})
+
+
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False):
+    """``(values, indices)`` sorted along ``dim`` (stable); the gradient flows through the permutation."""
+    t = as_tensor(input)
+    indices = argsort(t, dim, descending)
+    if t.ndim == 0:
+        return return_types.sort(clone(t), indices)
+    return return_types.sort(_gather_along(t, indices, _check_dim(dim, t.ndim, "sort")), indices)
+
+
+@forward("bincount")
+def _bincount_fwd(self, weights=None, minlength=0):
+    if self.ndim != 1:
+        raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got {self.ndim} dimensions)")
+    out = np.bincount(self, weights, minlength)
+    return out.astype(np.int64 if weights is None else weights.dtype, copy=False)
+
+
+def bincount(input, weights=None, minlength: int = 0) -> Tensor:
+    """Count of each value of a 1-d integer tensor (weighted: the sum of the weights); the gradient
+    w.r.t. ``weights`` is the incoming gradient at each weight's bin."""
+    t = as_tensor(input)
+    if t.dtype.is_floating_point or t.dtype.name == "bool":
+        raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got {t.dtype})")
+    w = None if weights is None else as_tensor(weights)
+    rec = registry._recorder
+    if rec is not None and (rec.is_traced(t) or (w is not None and rec.is_traced(w))):
+        # the graph's shapes are fixed: the length seen now must be the length of every later call
+        length = builtins.max(int(minlength), int(t._data.max()) + 1 if t._data.size else 0)
+        return _call("_bincount_fixed", t, w, int(minlength), length)
+    return _call("bincount", t, w, int(minlength))
+
+
+@forward("_bincount_fixed")
+def _bincount_fixed_fwd(self, weights, minlength, length):
+    out = _bincount_fwd(self, weights, minlength)
+    if out.shape[0] != length:
+        raise ValueError(f"bincount in a compiled function: this call's result has {out.shape[0]} bins, the traced "
+                         f"one had {length}; pass minlength= at least the largest value + 1 so that the "
+                         "length is fixed")
+    return out
+
+
+@forward("isnan")
+def _isnan_fwd(self):
+    return np.isnan(self) if self.dtype.kind in "fc" else np.zeros(self.shape, dtype=bool)
+
+
+def isnan(input) -> Tensor:
+    """Where ``input`` is NaN (a bool tensor, no gradient); recorded, so a compiled graph tests each call."""
+    return _call("isnan", as_tensor(input))
+
+
+def _isnan(t: Tensor) -> Tensor:
+    return isnan(t) if t.dtype.is_floating_point else Tensor._wrap(np.zeros(t.shape, dtype=bool))
+
+
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """Sum treating NaN as 0; NaN positions get gradient 0."""
+    t = as_tensor(input)
+    clean = where(_isnan(t), 0, t) if t.dtype.is_floating_point else t
+    return sum(clean, dim, keepdim, dtype=dtype) if dim is not None or keepdim else sum(clean, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """Mean of the non-NaN elements; NaN positions get gradient 0."""
+    t = as_tensor(input) if dtype is None else to(input, dtype)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"nanmean(): expected input to have floating point dtype but got {t.dtype}")
+    count = sum(logical_not(_isnan(t)), dim, keepdim) if dim is not None or keepdim else sum(logical_not(_isnan(t)))
+    return div(nansum(t, dim, keepdim), to(count, t.dtype))
+
+
+def count_nonzero(input, dim=None) -> Tensor:
+    """Number of non-zero elements (over ``dim``), as int64; no gradient."""
+    t = as_tensor(input)
+    nonzero = ne(t, 0) if t.dtype.name != "bool" else t
+    return sum(nonzero, dim) if dim is not None else sum(nonzero)
+
 
 
 # === numpy surface: linear algebra ===

@@ -106,7 +106,11 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         # np.add.at(array, index_tensor, values): integer/bool index tensors carry no graph, so unwrap them
         return getattr(ufunc, method)(inputs[0], _unwrap_index(inputs[1]), *inputs[2:], **kwargs)
     if method != "__call__":
-        raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is)")
+        # numpy surface, reductions family: reduce / accumulate / outer of the arithmetic ufuncs
+        handler = _UFUNC_METHODS.get((ufunc, method))
+        if handler is None:
+            raise _unsupported(f"{name}.{method}", f" (ufunc methods that are: {_ufunc_method_names()})")
+        return handler(*inputs, **kwargs)
     out = kwargs.pop("out", None)
     if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
         raise _unsupported(f"{name} with out=", " (writing into an array would drop the autograd graph)")
@@ -423,6 +427,23 @@ def numpy_ufuncs(*ufuncs):
             _UFUNCS[u] = handler
         return handler
     return register
+
+
+# (ufunc, method name) -> handler for ufunc methods other than __call__ (numpy surface: reductions)
+_UFUNC_METHODS: dict = {}
+
+
+def numpy_ufunc_methods(*pairs):
+    """Decorator: ``handler`` runs the ufunc methods ``(ufunc, "reduce")``... on tensors."""
+    def register(handler):
+        for pair in pairs:
+            _UFUNC_METHODS[pair] = handler
+        return handler
+    return register
+
+
+def _ufunc_method_names() -> str:
+    return ", ".join(sorted(f"numpy.{u.__name__}.{m}" for u, m in _UFUNC_METHODS))
 
 
 def array_function(self, func, types, args, kwargs):

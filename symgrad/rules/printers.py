@@ -167,6 +167,10 @@ class FormulaPrinter(PythonCodePrinter):
         return expr.name
 
 
+# rebuilt unevaluated too: sympy folds Ne(x, x) to False and Eq(x, x) to True, which NaN contradicts
+_Relational = sympy.core.relational.Relational
+
+
 def _fold_constants(expr):
     """Evaluate constant sub-expressions (``log(2)``, ``pi/2``) to floats."""
     if not isinstance(expr, sympy.Basic) or isinstance(expr, (sympy.Number, sympy.Symbol)):
@@ -181,7 +185,7 @@ def _fold_constants(expr):
     if not expr.args:
         return expr
     return expr.func(*[_fold_constants(a) for a in expr.args], evaluate=False) \
-        if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)) else expr.func(
+        if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow, _Relational)) else expr.func(
             *[_fold_constants(a) for a in expr.args])
 
 

@@ -23,7 +23,8 @@ ELEMENTWISE = ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan"
 PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "logical_not")
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
-           "amax_backward", "var_backward", "cat_backward", "inverse_permutation")
+           "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
+           "cumprod_jvp", "cumprod_double_backward")  # numpy surface: reductions, scans and sorting
 # numpy surface: linear algebra. Backward helpers that are compositions of table ops (matmul, solve,
 # inverse...): both implementations are registered by symgrad.ops.functional through
 # symgrad.ops.formula_namespaces.register, the numpy one running the same composition on arrays.
@@ -167,6 +168,73 @@ def _np_cat_backward(grad, dim, shapes):
     return tuple(np.split(grad, sizes, axis=dim))
 
 
+# --- numpy surface: reductions, scans and sorting ---
+
+def _np_reverse_cumsum(x, axis):
+    """``out[j] = sum(x[j:])`` along ``axis``: the transpose of cumsum."""
+    return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
+
+
+def _np_cumprod_backward(grad, self, dim, result):
+    """Gradient of cumprod, exact where inputs are 0.
+
+    d out[k] / d x[j] is the product of x[:k+1] without x[j].  Before the first zero of a row that is
+    out[k] / x[j]; at the first zero z it is out[z-1] times the product of x[z+1:k+1]; after z it
+    holds x[z] = 0.
+    """
+    if np.ndim(self) == 0:  # cumprod of one value is the value
+        return np.array(grad, copy=True).reshape(())
+    x, g, out = (np.moveaxis(np.asarray(a), dim, -1) for a in (self, grad, result))
+    n = x.shape[-1]
+    if n == 0:
+        return np.zeros_like(self)
+    zero = x == 0
+    first_zero = np.where(zero.any(-1), zero.argmax(-1), n)[..., None]
+    pos = np.arange(n)
+    before = pos < first_zero
+    tail = _np_reverse_cumsum(g * out, -1)
+    gx = np.where(before, tail / np.where(before, x, 1), 0)
+    partial = np.cumprod(np.where(pos <= first_zero, 1, x), -1)  # prod of x[z+1:k+1] for k >= z
+    at_zero = np.sum(np.where(pos >= first_zero, g * partial, 0), -1, keepdims=True)
+    prev = np.take_along_axis(out, np.clip(first_zero - 1, 0, n - 1), -1)
+    prev = np.where(first_zero == 0, 1, prev)
+    gx = np.where(pos == first_zero, prev * at_zero, gx).astype(np.result_type(g, x), copy=False)
+    return np.ascontiguousarray(np.moveaxis(gx, -1, dim))
+
+
+def _np_cumprod_partials(x):
+    """``D[..., j, k] = d cumprod(x)[k] / d x[j]`` along the last axis: the product of ``x[:k+1]`` without
+    ``x[j]`` for ``k >= j``, else 0 (an n x n cumprod, no division: exact with zeros).  Also the
+    n x n ``rows`` it is the cumprod of."""
+    n = x.shape[-1]
+    rows = np.where(np.eye(n, dtype=bool), np.ones((), x.dtype), x[..., None, :])
+    return np.cumprod(rows, -1) * np.triu(np.ones((n, n), x.dtype)), rows
+
+
+def _np_cumprod_jvp(t, self, dim):
+    """``J t`` for ``J`` the Jacobian of cumprod along ``dim`` (cumprod_backward's gradient w.r.t. grad)."""
+    if np.ndim(self) == 0:
+        return np.array(t, copy=True)
+    x, tt = np.moveaxis(self, dim, -1), np.moveaxis(np.broadcast_to(t, self.shape), dim, -1)
+    partials, _ = _np_cumprod_partials(x)
+    return np.ascontiguousarray(np.moveaxis((tt[..., :, None] * partials).sum(-2), -1, dim))
+
+
+def _np_cumprod_double_backward(gg, grad, self, dim):
+    """Gradient w.r.t. ``self`` of ``sum(gg * cumprod_backward(grad, self, dim))``: back through the
+    n x n cumprod of :func:`_np_cumprod_partials`."""
+    if np.ndim(self) == 0:
+        return np.zeros_like(self)
+    x = np.moveaxis(self, dim, -1)
+    g2, g = (np.moveaxis(np.broadcast_to(a, self.shape), dim, -1) for a in (gg, grad))
+    partials, rows = _np_cumprod_partials(x)
+    n = x.shape[-1]
+    weights = g2[..., :, None] * g[..., None, :] * np.triu(np.ones((n, n), x.dtype))
+    d_rows = _np_cumprod_backward(weights, rows, -1, np.cumprod(rows, -1))
+    d_x = np.where(np.eye(n, dtype=bool), np.zeros((), d_rows.dtype), d_rows).sum(-2)
+    return np.ascontiguousarray(np.moveaxis(d_x, -1, dim))
+
+
 def inverse_permutation(dims):
     """The permutation that undoes ``dims``."""
     inv = [0] * len(dims)
@@ -192,4 +260,7 @@ NUMPY_FUNCTIONS = {
     "index_reduction_backward": _np_index_reduction_backward,
     "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
     "inverse_permutation": inverse_permutation,
+    # numpy surface: reductions, scans and sorting
+    "cumprod_jvp": lambda t, self, dim: _np_cumprod_jvp(t, self, dim),
+    "cumprod_double_backward": lambda gg, grad, self, dim: _np_cumprod_double_backward(gg, grad, self, dim),
 }
