@@ -235,6 +235,11 @@ SAMPLES = {
                               (U(r, 3, 4), U(r, 4), 1),
                               (U(r, 3, 4), U(r, 3, 1), (slice(None), slice(1, 3))),
                               (U(r, 3, 4), U(r, 1, 4), np.array([2, 0]))],
+    # numpy surface: shape, assembly and indexing
+    "flip": lambda r: [(U(r, 3, 4), (0,)), (U(r, 2, 3, 4), (0, 2)), (U(r, 3, 4), ())],
+    # repeated positions on purpose: only the last write of each keeps its value and gradient
+    "keep_last_writes": lambda r: [(U(r, 4, 4), (3, 4), np.array([0, 2, 0, 0])),
+                                   (U(r, 3), (3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])))],
 }
 
 
@@ -691,6 +696,8 @@ TORCH_EQUIVALENT = {
         "remainder.Scalar", "remainder.Tensor", "fmod.Scalar", "fmod.Tensor", "bitwise_and.Tensor",
         "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor")},
     "bitwise_not": lambda L, a: L.bitwise_not(a),
+    # numpy surface: shape, assembly and indexing
+    "flip": lambda L, x, dims: L.flip(x, dims),
 }
 
 

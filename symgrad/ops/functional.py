@@ -21,7 +21,7 @@ from .. import dtypes as _dt
 from ..autograd.grad_mode import STATE
 from ..rules.vocab import _exclusive_prod, _np_prod_backward_all, normalize_dims
 from ..rules.vocab import inverse_permutation as _inverse_permutation
-from ..tensor import Tensor
+from ..tensor import Tensor, is_numpy_face
 from . import registry
 from .registry import apply, forward, get
 
@@ -1230,6 +1230,7 @@ def getitem(t: Tensor, idx) -> Tensor:
         except IndexError as exc:
             raise IndexError(f"index {idx!r} does not fit a tensor of shape {list(t.shape)}: {exc}") from None
         return _call("index.Tensor", t, key)
+    numpy_face = is_numpy_face(t)  # numpy's negative-step slices; torch refuses them
     n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
     if n_real > t.ndim:
         raise IndexError(f"too many indices for tensor of dimension {t.ndim} (got {n_real})")
@@ -1242,9 +1243,11 @@ def getitem(t: Tensor, idx) -> Tensor:
             dim += 1
         elif isinstance(item, builtins.slice):
             start, stop, step = item.indices(out.shape[dim])
-            if (start, stop, step) != (0, out.shape[dim], 1):
-                if step < 0:
+            if step < 0:
+                if not numpy_face:
                     raise ValueError("step must be greater than zero")
+                out = _negative_step_slice(out, dim, start, stop, step)
+            elif (start, stop, step) != (0, out.shape[dim], 1):
                 out = slice_op(out, dim, start, builtins.max(stop, start), step)
             dim += 1
         elif isinstance(item, (int, np.integer)):
@@ -1255,6 +1258,21 @@ def getitem(t: Tensor, idx) -> Tensor:
     if out is t:  # x[:] is a view in PyTorch; keep it in the graph
         out = _call("slice.Tensor", t, 0, 0, t.shape[0], 1) if t.ndim else t
     return out
+
+
+def _negative_step_slice(t: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
+    """numpy's ``t[start:stop:step]`` along ``dim`` with ``step < 0`` (``start``/``stop`` from
+    ``slice.indices``): reverse the axis, then take an ordinary positive-step slice of the reversed axis."""
+    n = t.shape[dim]
+    count = len(range(start, stop, step))
+    if count == 0:
+        return slice_op(t, dim, 0, 0, 1)
+    last = start + (count - 1) * step          # the smallest position taken
+    rev = flip(t, (dim,))                      # position p of t is position n - 1 - p of rev
+    lo, hi = n - 1 - start, n - last
+    if (lo, hi, -step) == (0, n, 1):
+        return rev
+    return slice_op(rev, dim, lo, hi, -step)
 
 
 # --- in-place ops ---------------------------------------------------------------------------
@@ -1353,6 +1371,12 @@ def setitem(t: Tensor, idx, value) -> None:
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
+            if is_numpy_face(t) and isinstance(v, Tensor):
+                # numpy: of repeated positions the last write wins, so only its value gets a gradient
+                # (PyTorch's IndexPutBackward0 hands every duplicate the gradient)
+                shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
+                v = _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v,
+                          tuple(t.shape), idx)
             result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
         else:
             result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
@@ -1765,6 +1789,25 @@ def movedim(input, source, destination) -> Tensor:
 
 
 moveaxis = movedim
+
+
+def _last_write_mask(input_sizes, indices, shape) -> np.ndarray:
+    """Which entries of a write of ``shape`` through ``indices`` survive: numpy's own assignment of
+    the entries' positions decides, so the mask agrees with ``out[indices] = values`` exactly."""
+    positions = np.arange(int(np.prod(shape)), dtype=np.intp).reshape(shape)
+    scratch = np.full(tuple(input_sizes), -1, dtype=np.intp)
+    idx = _index_arg(indices)
+    scratch[idx] = positions
+    return scratch[idx] == positions
+
+
+@forward("keep_last_writes")
+def _keep_last_writes_fwd(values, input_sizes, indices):
+    return np.where(_last_write_mask(input_sizes, indices, values.shape), values, np.zeros((), values.dtype))
+
+
+def keep_last_writes(values, input_sizes, indices) -> Tensor:
+    return _call("keep_last_writes", as_tensor(values), tuple(input_sizes), indices)
 
 
 

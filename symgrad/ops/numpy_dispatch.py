@@ -105,6 +105,9 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "at" and _index_only(inputs):
         # np.add.at(array, index_tensor, values): integer/bool index tensors carry no graph, so unwrap them
         return getattr(ufunc, method)(inputs[0], _unwrap_index(inputs[1]), *inputs[2:], **kwargs)
+    method_handler = _UFUNC_METHODS.get((ufunc, method))  # np.add.at, ... (numpy_surface families)
+    if method_handler is not None:
+        return method_handler(*inputs, **kwargs)
     if method != "__call__":
         raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is)")
     out = kwargs.pop("out", None)
@@ -421,6 +424,18 @@ def numpy_ufuncs(*ufuncs):
     def register(handler):
         for u in ufuncs:
             _UFUNCS[u] = handler
+        return handler
+    return register
+
+
+# (ufunc, method name) -> handler of ``ufunc.method(*inputs, **kwargs)`` on tensors, e.g. (np.add, "at").
+_UFUNC_METHODS: dict = {}
+
+
+def numpy_ufunc_method(ufunc, method: str):
+    """Decorator: ``handler`` runs ``ufunc.method(...)`` (``np.add.at``, ``np.maximum.reduce``) on tensors."""
+    def register(handler):
+        _UFUNC_METHODS[(ufunc, method)] = handler
         return handler
     return register
 

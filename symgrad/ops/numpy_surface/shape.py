@@ -10,7 +10,7 @@ import numpy as np
 
 from ...tensor import Tensor
 from .. import functional as F
-from ..numpy_dispatch import _NOT_GIVEN, _reject, numpy_functions
+from ..numpy_dispatch import _NOT_GIVEN, _reject, numpy_functions, numpy_ufunc_method
 
 
 def _int_axis(axis, ndim: int, name: str) -> int:
@@ -256,3 +256,25 @@ def _moveaxis(a, source, destination):
                          "elements")
     return F.movedim(t, tuple(_int_axis(s, t.ndim, "moveaxis") for s in src),
                      tuple(_int_axis(d, t.ndim, "moveaxis") for d in dst))
+
+
+def _ufunc_at(name: str, negate: bool):
+    def handler(a, indices, b=None):
+        if b is None:
+            raise TypeError(f"numpy.{name}.at: second operand needed for ufunc")
+        if not isinstance(a, Tensor):
+            raise TypeError(f"symgrad: numpy.{name}.at into a numpy array with tensor values can't record the "
+                            f"gradient (the array can't hold the graph); accumulate into a tensor instead, "
+                            f"e.g. out = symgrad.zeros(shape, dtype=...); numpy.{name}.at(out, indices, values)")
+        values = F.neg(b) if negate and isinstance(b, Tensor) else (np.negative(b) if negate else b)
+        key = F._index_key(indices)  # numpy: a list is one index array, not a tuple of per-axis indices
+        # repeated indices accumulate, as numpy's unbuffered ufunc.at does
+        F.inplace(a, lambda old, v: F._call("index_put", old, key, F._operand(v), True), values,
+                  name=f"numpy.{name}.at")
+        return None
+    handler.__name__ = f"_{name}_at"
+    return handler
+
+
+numpy_ufunc_method(np.add, "at")(_ufunc_at("add", False))
+numpy_ufunc_method(np.subtract, "at")(_ufunc_at("subtract", True))
