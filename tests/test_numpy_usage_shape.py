@@ -121,3 +121,226 @@ ROWS = [
 @params(ROWS)
 def test_usage(usage):
     check(usage)
+
+
+# --- beyond the table: numpy-face slicing, writes through repeated indices, torch names ---------
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import symgrad  # noqa: E402
+from numpy_usage import _finite_differences  # noqa: E402
+
+NEGATIVE_STEPS = [np.s_[::-1], np.s_[:, ::-2], np.s_[5:1:-1], np.s_[-2::-3, 1], np.s_[1:5:-1],
+                  np.s_[..., 10:-10:-4], np.s_[None, :2:-2, ::-1], np.s_[::-1, [0, 2, 2]]]
+
+
+def _numpy_face(t):
+    t._numpy_face = True  # what a value traced for a function given numpy arrays is
+    return t
+
+
+@pytest.mark.parametrize("key", NEGATIVE_STEPS, ids=[str(k) for k in NEGATIVE_STEPS])
+def test_negative_step_slices_on_numpy_face_values(key):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((7, 6))
+    want = x[key]
+    w = rng.standard_normal(want.shape)
+    fd = _finite_differences(lambda a: np.sum(a[key] * w), (x,), (0,))[0]
+
+    t = _numpy_face(symgrad.tensor(x, requires_grad=True))
+    got = t[key]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.detach().numpy(), want)
+    (got * symgrad.tensor(w)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), fd, rtol=1e-6, atol=1e-8)
+    fresh = _numpy_face(symgrad.tensor(x, requires_grad=True))
+    # (gradgradcheck can't perturb the empty grad_outputs of an empty slice; its value and gradient are checked)
+    assert want.size == 0 or symgrad.autograd.gradgradcheck(lambda a: _numpy_face(a)[key] ** 2, [fresh])
+
+    def loss(a):
+        return np.sum(_numpy_face(a)[key] * w)
+    value, grad = symgrad.value_and_grad(loss)(x)
+    np.testing.assert_allclose(value, np.sum(want * w), rtol=1e-12)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_negative_step_slices_on_torch_face_tensors_raise_as_torch_does():
+    t = symgrad.tensor(np.arange(6.0))
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        t[::-1]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        torch.arange(6.0)[::-1]
+
+
+INDEX = np.array([0, 2, 0, 3, 3, 3])
+
+
+def _add_at(x, v):
+    z = x * 1.0
+    np.add.at(z, INDEX, v)
+    np.subtract.at(z, [1, 1], v[:2])
+    return z
+
+
+def test_np_add_at_accumulates_repeats_eager_and_compiled():
+    rng = np.random.default_rng(2)
+    x, v, w = rng.standard_normal(4), rng.standard_normal(6), rng.standard_normal(4)
+    want = _add_at(x, v)
+    fd = _finite_differences(lambda a, b: np.sum(_add_at(a, b) * w), (x, v), (0, 1))
+    tx, tv = symgrad.tensor(x, requires_grad=True), symgrad.tensor(v, requires_grad=True)
+    got = _add_at(tx, tv)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12)
+    (got * symgrad.tensor(w)).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), fd[0], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(tv.grad.numpy(), fd[1], rtol=1e-6, atol=1e-8)
+    value, grads = symgrad.value_and_grad(lambda a, b: np.sum(_add_at(a, b) * w), argnums=(0, 1))(x, v)
+    np.testing.assert_allclose(value, np.sum(want * w), rtol=1e-12)
+    for g, f in zip(grads, fd):
+        np.testing.assert_allclose(g, f, rtol=1e-6, atol=1e-8)
+
+
+def test_np_add_at_into_an_ndarray_with_tensor_values_says_what_to_do():
+    with pytest.raises(TypeError, match=r"numpy\.add\.at into a numpy array.*accumulate into a tensor"):
+        np.add.at(np.zeros(4), INDEX, symgrad.tensor(np.ones(6), requires_grad=True))
+
+
+def _write_last_wins(x, v, index):
+    z = x * 1.0
+    z[index] += v     # numpy: a repeated position keeps its last write, it does not accumulate
+    z[index[:2]] = 2 * v[:2]
+    return z
+
+
+@pytest.mark.parametrize("index", [INDEX, np.array([1, 1, 1, 1, 1, 0])], ids=["mixed", "mostly-one"])
+def test_fancy_index_writes_with_repeats_follow_numpy_on_numpy_face_values(index):
+    rng = np.random.default_rng(3)
+    x, v, w = rng.standard_normal(4), rng.standard_normal(6), rng.standard_normal(4)
+    want = _write_last_wins(x, v, index)
+    fd = _finite_differences(lambda a, b: np.sum(_write_last_wins(a, b, index) * w), (x, v), (0, 1))
+
+    def numpy_face_fn(a, b, i):
+        z = _numpy_face(a * 1.0)
+        z[i] += b
+        z[i[:2]] = 2 * b[:2]
+        return z
+
+    tx, tv = symgrad.tensor(x, requires_grad=True), symgrad.tensor(v, requires_grad=True)
+    got = numpy_face_fn(tx, tv, index)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12)
+    (got * symgrad.tensor(w)).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), fd[0], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(tv.grad.numpy(), fd[1], rtol=1e-6, atol=1e-8)
+    # compiled, with the index an argument: the last-write mask is computed at run time
+    step = symgrad.value_and_grad(lambda a, b, i: np.sum(numpy_face_fn(a, b, i) * w), argnums=(0, 1))
+    for idx in (index, np.array([3, 2, 1, 0, 3, 2])):
+        want_fd = _finite_differences(lambda a, b: np.sum(_write_last_wins(a, b, idx) * w), (x, v), (0, 1))
+        value, grads = step(x, v, idx)
+        np.testing.assert_allclose(value, np.sum(_write_last_wins(x, v, idx) * w), rtol=1e-12)
+        for g, f in zip(grads, want_fd):
+            np.testing.assert_allclose(g, f, rtol=1e-6, atol=1e-8)
+
+
+def test_fancy_index_writes_with_repeats_keep_torch_semantics_on_torch_face_tensors():
+    rng = np.random.default_rng(4)
+    x, v, w = rng.standard_normal(4), rng.standard_normal(6), rng.standard_normal(4)
+    results = []
+    for lib in (symgrad, torch):
+        tx, tv = lib.tensor(x, requires_grad=True), lib.tensor(v, requires_grad=True)
+        z = tx * 1.0
+        z[lib.tensor(INDEX)] += tv
+        (z * lib.tensor(w)).sum().backward()
+        results.append([np.asarray(a.detach().numpy()) for a in (z, tx.grad, tv.grad)])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+# torch-named functions against torch: value, gradient, float32 kept
+TORCH_CASES = [
+    ("flip", lambda L, x: L.flip(x, (0, -1)), (3, 4)),
+    ("fliplr", lambda L, x: L.fliplr(x), (3, 4)),
+    ("flipud", lambda L, x: L.flipud(x), (3, 4)),
+    ("roll", lambda L, x: L.roll(x, 5), (3, 4)),
+    ("roll dims", lambda L, x: L.roll(x, (1, -2), (0, 1)), (3, 4)),
+    ("tile", lambda L, x: L.tile(x, (2, 1, 3)), (2, 3)),
+    ("repeat_interleave", lambda L, x: L.repeat_interleave(x, 2, 1), (2, 3)),
+    ("repeat_interleave flat", lambda L, x: L.repeat_interleave(x, 3), (2, 3)),
+    ("repeat_interleave counts", lambda L, x: L.repeat_interleave(x, L.tensor([1, 0, 2]), 1), (2, 3)),
+    ("tril", lambda L, x: L.tril(x, -1), (3, 4)),
+    ("triu", lambda L, x: L.triu(x, 1), (2, 3, 4)),
+    ("diag vector", lambda L, x: L.diag(x, -1), (3,)),
+    ("diag matrix", lambda L, x: L.diag(x, 1), (3, 4)),
+    ("diagonal", lambda L, x: L.diagonal(x, 1, 2, 0), (3, 2, 4)),
+    ("vstack", lambda L, x: L.vstack([x, 2 * x]), (3,)),
+    ("hstack", lambda L, x: L.hstack([x, 2 * x]), (2, 3)),
+    ("dstack", lambda L, x: L.dstack([x, 2 * x]), (2, 3)),
+    ("column_stack", lambda L, x: L.column_stack([x, 2 * x]), (3,)),
+    ("split", lambda L, x: L.cat([p * (k + 1) for k, p in enumerate(L.split(x, 2, 1))], 1), (2, 5)),
+    ("split sizes", lambda L, x: L.cat([p * (k + 1) for k, p in enumerate(L.split(x, [1, 2], 0))], 0), (3, 2)),
+    ("tensor_split", lambda L, x: L.cat([p * (k + 1) for k, p in enumerate(L.tensor_split(x, 3, 1))], 1), (2, 7)),
+    ("tensor_split indices",
+     lambda L, x: L.cat([p * (k + 1) for k, p in enumerate(L.tensor_split(x, [1, 4], 0))], 0), (5, 2)),
+    ("take", lambda L, x: L.take(x, L.tensor([[0, 5], [5, 11]])), (3, 4)),
+    ("take_along_dim", lambda L, x: L.take_along_dim(x, L.tensor([[2, 0, 2], [1, 1, 0]]), 1), (2, 3)),
+    ("take_along_dim flat", lambda L, x: L.take_along_dim(x, L.tensor([4, 4, 0])), (2, 3)),
+    ("movedim", lambda L, x: L.movedim(x, (0, 1), (2, 0)), (2, 3, 4)),
+    ("atleast_3d", lambda L, x: L.atleast_3d(x), (3,)),
+]
+
+
+@pytest.mark.parametrize("fn,shape", [c[1:] for c in TORCH_CASES], ids=[c[0] for c in TORCH_CASES])
+def test_torch_named_functions_match_torch(fn, shape):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape)
+    out = {}
+    for lib in (symgrad, torch):
+        t = lib.tensor(x, requires_grad=True)
+        y = fn(lib, t)
+        w = lib.tensor(np.random.default_rng(6).standard_normal(tuple(y.shape)))
+        (y * w).sum().backward()
+        out[lib.__name__] = (y.detach().numpy(), t.grad.numpy())
+    for a, b in zip(out["symgrad"], out["torch"]):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    t32 = symgrad.tensor(x.astype(np.float32), requires_grad=True)
+    y32 = fn(symgrad, t32)
+    (y32 * 1.5).sum().backward()
+    assert y32.dtype == symgrad.float32 and t32.grad.dtype == symgrad.float32
+
+
+FLOAT32_ROWS = [lambda x: np.flip(x, 1), lambda x: np.roll(x, 1, axis=0), lambda x: np.pad(x, 1, mode="reflect"),
+                lambda x: np.pad(x, 1, constant_values=0.5), lambda x: np.tril(x), lambda x: np.diag(x),
+                lambda x: np.hstack([x, x]), lambda x: np.take(x, [0, 3, 3]), lambda x: np.repeat(x, 2, 0)]
+
+
+@pytest.mark.parametrize("fn", FLOAT32_ROWS)
+def test_float32_stays_float32(fn):
+    x = np.random.default_rng(7).standard_normal((3, 3)).astype(np.float32)
+    t = symgrad.tensor(x, requires_grad=True)
+    y = fn(t)
+    assert y.dtype == symgrad.float32
+    np.testing.assert_array_equal(y.detach().numpy(), fn(x))
+    y.sum().backward()
+    assert t.grad.dtype == symgrad.float32
+    value, grad = symgrad.value_and_grad(lambda a: np.sum(fn(a)))(x)
+    assert grad.dtype == np.float32
+    np.testing.assert_allclose(value, np.sum(fn(x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda t: np.pad(t, 1, mode="linear_ramp"), ValueError, r"numpy\.pad: mode='linear_ramp' is not supported"),
+    (lambda t: np.pad(t, 1, mode="mean"), ValueError, r"numpy\.pad: mode='mean'"),
+    (lambda t: np.pad(t, ((1, 2), (3, 4), (5, 6))), ValueError, r"numpy\.pad: pad_width"),
+    (lambda t: np.split(t, 4), ValueError, r"numpy\.split: array split does not result in an equal division"),
+    (lambda t: np.vsplit(t[0], 2), ValueError, r"numpy\.vsplit only works on arrays of 2 or more dimensions"),
+    (lambda t: np.vstack(t), TypeError, r"numpy\.vstack: arrays to stack must be passed as a list"),
+    (lambda t: np.take(t, symgrad.tensor([0, 1]), mode="wrap"), TypeError, r"numpy\.take with mode='wrap'"),
+    (lambda t: np.take(t, [0.5]), TypeError, r"numpy\.take: indices must be integers"),
+    (lambda t: np.diag(t[None]), ValueError, r"numpy\.diag: Input must be 1- or 2-d"),
+    (lambda t: np.roll(t, 1, axis=2), np.exceptions.AxisError, r"numpy\.roll: axis 2 is out of bounds"),
+    (lambda t: np.moveaxis(t, [0], [1, 0]), ValueError, r"numpy\.moveaxis"),
+])
+def test_unsupported_patterns_name_the_numpy_function(call, error, message):
+    t = symgrad.tensor(np.ones((6, 2)), requires_grad=True)
+    with pytest.raises(error, match=message):
+        call(t)
