@@ -350,7 +350,6 @@ UNSUPPORTED = {
     "numpy.add.reduce": lambda t: np.add.reduce(t),
     "numpy.add.accumulate": lambda t: np.add.accumulate(t),
     "numpy.multiply.outer": lambda t: np.multiply.outer(t, t),
-    "numpy.add.at": lambda t: np.add.at(t, [0], 1.0),
     "numpy.maximum.reduce": lambda t: np.maximum.reduce(t),
     "numpy.cumsum": lambda t: np.cumsum(t),
     "numpy.einsum": lambda t: np.einsum("i,i->", t, t),
