@@ -344,3 +344,25 @@ def test_unsupported_patterns_name_the_numpy_function(call, error, message):
     t = symgrad.tensor(np.ones((6, 2)), requires_grad=True)
     with pytest.raises(error, match=message):
         call(t)
+
+
+METHOD_FORMS = ["x.flip(0)", "x.flip(0, 1)", "x.flip((1,))", "x.fliplr()", "x.tile(2, 1)", "x.tile((2,))",
+                "x.roll(1, 1)", "x.tril(1)", "x.triu()", "x.diagonal(1)", "x.diag()", "x.trace()",
+                "x.movedim(0, 1)", "x.repeat_interleave(2, dim=0)", "x.take_along_dim(I([[0], [1], [2]]), 1)",
+                "x.take(I([1, 5]))", "x.split(2, 1)[1]", "x.tensor_split(3)[2]"]
+
+
+@pytest.mark.parametrize("expr", METHOD_FORMS)
+def test_torch_method_forms_match_torch(expr):
+    x = np.random.default_rng(8).standard_normal((3, 4))
+    got = eval(expr, {"x": symgrad.tensor(x), "I": symgrad.tensor})
+    want = eval(expr, {"x": torch.tensor(x), "I": torch.tensor})
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("fn", [lambda x, r: np.repeat(x, r), lambda x, r: np.split(x, r)[0]],
+                         ids=["np.repeat", "np.split"])
+def test_shape_deciding_arguments_traced_as_inputs_are_refused(fn):
+    with pytest.raises(symgrad.TraceError, match=r"traced tensor is not supported in a compiled function"):
+        symgrad.value_and_grad(lambda x, r: np.sum(fn(x, r)))(np.ones(4), np.array([1, 2, 0, 1]))

@@ -1485,6 +1485,18 @@ def tile(input, dims) -> Tensor:
     return reshape(wide, tuple(r * s for r, s in zip(reps, shape)))
 
 
+def _static_values(x, what: str) -> np.ndarray:
+    """The values of an argument that decides a result's shape (repeat counts, split points): a tensor
+    traced as a compiled function's input can't be one, since the graph would bake in this call's values."""
+    if isinstance(x, Tensor):
+        rec = registry._recorder
+        if rec is not None and rec.is_traced(x):
+            rec.refuse(f"{what} given as a traced tensor is not supported in a compiled function: the "
+                       f"result's shape depends on its values (pass a list or a numpy array)")
+        return x._data
+    return np.asarray(x)
+
+
 def repeat_interleave(input, repeats, dim=None) -> Tensor:
     """Repeat each element ``repeats`` times (an int, or one count per element) along ``dim``."""
     t = as_tensor(input)
@@ -1492,7 +1504,7 @@ def repeat_interleave(input, repeats, dim=None) -> Tensor:
         t, dim = reshape(t, (-1,)), 0
     dim = _check_dim(int(dim), t.ndim, "repeat_interleave")
     n = t.shape[dim]
-    counts = repeats._data if isinstance(repeats, Tensor) else np.asarray(repeats)
+    counts = _static_values(repeats, "repeat_interleave's repeats")
     if counts.dtype.kind not in "iub":
         raise TypeError(f"repeat_interleave: repeats must be integers, got {counts.dtype}")
     if np.any(counts < 0):
@@ -1698,6 +1710,8 @@ def tensor_split(input, indices_or_sections, dim: int = 0) -> tuple:
     t = as_tensor(input)
     dim = _check_dim(int(dim), t.ndim, "tensor_split")
     n = t.shape[dim]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = _static_values(indices_or_sections, "tensor_split's indices_or_sections").tolist()
     if isinstance(indices_or_sections, (int, np.integer)):
         k = int(indices_or_sections)
         if k <= 0:

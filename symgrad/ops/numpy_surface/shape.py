@@ -77,7 +77,7 @@ def _tile(A, reps):
 @numpy_functions(np.repeat)
 def _repeat(a, repeats, axis=None):
     t = F.as_tensor(a)
-    counts = repeats._data if isinstance(repeats, Tensor) else np.asarray(repeats)
+    counts = F._static_values(repeats, "numpy.repeat's repeats")
     if axis is not None:
         axis = _int_axis(axis, t.ndim, "repeat")
     n = t.numel() if axis is None else t.shape[axis]
@@ -177,7 +177,7 @@ def _split_handler(name: str, fixed_axis=None, min_ndim: int = 1, equal: bool = 
             raise ValueError(f"numpy.{name} only works on arrays of {min_ndim} or more dimensions")
         ax = fixed_axis(t) if fixed_axis is not None else _int_axis(axis, t.ndim, name)
         if isinstance(indices_or_sections, Tensor):
-            indices_or_sections = indices_or_sections._data.tolist()
+            indices_or_sections = F._static_values(indices_or_sections, f"numpy.{name}'s indices").tolist()
         if isinstance(indices_or_sections, (int, np.integer)):
             k = int(indices_or_sections)
             if k <= 0:
