@@ -112,6 +112,12 @@ ROWS = [
     # moveaxis
     Usage("np.moveaxis(x, 0, -1)", lambda x: np.moveaxis(x, 0, -1), m(2, 3, 4)),
     Usage("np.moveaxis(x, [0, 1], [-1, -2])", lambda x: np.moveaxis(x, [0, 1], [-1, -2]), m(2, 3, 4)),
+    # meshgrid
+    Usage("X, Y = np.meshgrid(a, b)", lambda a, b: (lambda X, Y: X * Y + 2 * X)(*np.meshgrid(a, b)),
+          two((3,), (2,)), wrt=(0, 1)),
+    Usage("np.meshgrid(a, b, c, indexing='ij')",
+          lambda a, b, c: _pieces(np.meshgrid(a, b, c, indexing="ij")),
+          lambda r: (r.standard_normal(2), r.standard_normal(3), r.standard_normal(2)), wrt=(0, 1, 2)),
     # in a loss written the numpy way
     Usage("np.sum(np.diff-like via roll)", lambda x: np.sum((np.roll(x, 1) - x) ** 2), m(6)),
     Usage("np.trace(np.tril(x) @ x.T)", lambda x: np.trace(np.tril(x) @ x.T), m(3, 3)),
@@ -132,7 +138,8 @@ import symgrad  # noqa: E402
 from numpy_usage import _finite_differences  # noqa: E402
 
 NEGATIVE_STEPS = [np.s_[::-1], np.s_[:, ::-2], np.s_[5:1:-1], np.s_[-2::-3, 1], np.s_[1:5:-1],
-                  np.s_[..., 10:-10:-4], np.s_[None, :2:-2, ::-1], np.s_[::-1, [0, 2, 2]]]
+                  np.s_[..., 10:-10:-4], np.s_[None, :2:-2, ::-1], np.s_[::-1, [0, 2, 2]],
+                  np.s_[[1, 1, 4], ::-2]]
 
 
 def _numpy_face(t):
@@ -171,6 +178,8 @@ def test_negative_step_slices_on_torch_face_tensors_raise_as_torch_does():
         t[::-1]
     with pytest.raises(ValueError, match="step must be greater than zero"):
         torch.arange(6.0)[::-1]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        symgrad.tensor(np.ones((3, 3)))[[0, 1], ::-1]
 
 
 INDEX = np.array([0, 2, 0, 3, 3, 3])

@@ -1224,6 +1224,9 @@ def getitem(t: Tensor, idx) -> Tensor:
     if not isinstance(idx, tuple):
         idx = (idx,)
     if any(_is_advanced(i) for i in idx):
+        if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+                                        for i in idx):
+            raise ValueError("step must be greater than zero")
         key = _index_key(idx if len(idx) > 1 else idx[0])
         try:
             np.empty(t.shape, dtype=np.bool_)[_index_arg(key)]
@@ -1803,6 +1806,29 @@ def movedim(input, source, destination) -> Tensor:
 
 
 moveaxis = movedim
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple:
+    """Coordinate grids from 1-D tensors (``indexing="xy"`` swaps the first two output dims, as numpy's
+    default does); each grid is its input broadcast, so its gradient sums over the other dims."""
+    ts = [as_tensor(x) for x in (tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                                 else tensors)]
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(x.ndim > 1 for x in ts):
+        raise RuntimeError("meshgrid: expects all tensors to be 0-d or 1-d")
+    ts = [reshape(x, (-1,)) for x in ts]
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(ts)
+    for x, ax in zip(ts, axes):
+        shape[ax] = x.shape[0]
+    grids = []
+    for x, ax in zip(ts, axes):
+        lifted = reshape(x, tuple(-1 if d == ax else 1 for d in range(len(ts))))
+        grids.append(expand(lifted, tuple(shape)))
+    return tuple(grids)
 
 
 def _last_write_mask(input_sizes, indices, shape) -> np.ndarray:

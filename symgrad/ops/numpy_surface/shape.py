@@ -278,3 +278,14 @@ def _ufunc_at(name: str, negate: bool):
 
 numpy_ufunc_method(np.add, "at")(_ufunc_at("add", False))
 numpy_ufunc_method(np.subtract, "at")(_ufunc_at("subtract", True))
+
+
+@numpy_functions(np.meshgrid)
+def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    if sparse:
+        raise TypeError("numpy.meshgrid with sparse=True is not supported on symgrad tensors (use sparse=False)")
+    if indexing not in ("xy", "ij"):
+        raise ValueError("numpy.meshgrid: Valid values for `indexing` are 'xy' and 'ij'.")
+    grids = F.meshgrid(*[F.reshape(F.as_tensor(x), (-1,)) for x in xi], indexing=indexing)
+    # numpy returns writeable copies by default; symgrad's broadcast grids are read-only views
+    return tuple(F.clone(g) for g in grids) if copy else grids
