@@ -1374,10 +1374,10 @@ def setitem(t: Tensor, idx, value) -> None:
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
-            if is_numpy_face(t) and isinstance(v, Tensor):
+            shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
+            if is_numpy_face(t) and isinstance(v, Tensor) and v.ndim <= len(shape):
                 # numpy: of repeated positions the last write wins, so only its value gets a gradient
                 # (PyTorch's IndexPutBackward0 hands every duplicate the gradient)
-                shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
                 v = _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v,
                           tuple(t.shape), idx)
             result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
