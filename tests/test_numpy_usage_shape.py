@@ -121,6 +121,14 @@ ROWS = [
     # moveaxis
     Usage("np.moveaxis(x, 0, -1)", lambda x: np.moveaxis(x, 0, -1), m(2, 3, 4)),
     Usage("np.moveaxis(x, [0, 1], [-1, -2])", lambda x: np.moveaxis(x, [0, 1], [-1, -2]), m(2, 3, 4)),
+    # rot90, append, diagflat
+    Usage("np.rot90(x)", lambda x: np.rot90(x), m(3, 4)),
+    Usage("np.rot90(x, 2)", lambda x: np.rot90(x, 2), m(3, 4)),
+    Usage("np.rot90(x, -1, axes=(1, 2))", lambda x: np.rot90(x, -1, axes=(1, 2)), m(2, 3, 4)),
+    Usage("np.rot90(x, 3, axes=(2, 0))", lambda x: np.rot90(x, 3, axes=(2, 0)), m(2, 3, 4)),
+    Usage("np.append(x, y)", lambda x, y: np.append(x, y), two((2, 2), (3,)), wrt=(0, 1)),
+    Usage("np.append(x, y, axis=1)", lambda x, y: np.append(x, y, axis=1), two((2, 2), (2, 3)), wrt=(0, 1)),
+    Usage("np.diagflat(x, 1)", lambda x: np.diagflat(x, 1), m(2, 2)),
     # meshgrid
     Usage("X, Y = np.meshgrid(a, b)", lambda a, b: (lambda X, Y: X * Y + 2 * X)(*np.meshgrid(a, b)),
           two((3,), (2,)), wrt=(0, 1)),
@@ -300,6 +308,10 @@ TORCH_CASES = [
     ("take_along_dim flat", lambda L, x: L.take_along_dim(x, L.tensor([4, 4, 0])), (2, 3)),
     ("movedim", lambda L, x: L.movedim(x, (0, 1), (2, 0)), (2, 3, 4)),
     ("atleast_3d", lambda L, x: L.atleast_3d(x), (3,)),
+    ("rot90", lambda L, x: L.rot90(x, 1, (0, 1)), (3, 4)),
+    ("rot90 k=-1", lambda L, x: L.rot90(x, -1, (2, 0)), (2, 3, 4)),
+    ("rot90 k=2", lambda L, x: L.rot90(x, 2, (1, 2)), (2, 3, 4)),
+    ("meshgrid", lambda L, x: L.stack(L.meshgrid(x, 2 * x[:2], indexing="xy")[::-1], 0), (3,)),
 ]
 
 

@@ -1808,6 +1808,26 @@ def movedim(input, source, destination) -> Tensor:
 moveaxis = movedim
 
 
+def rot90(input, k: int = 1, dims=(0, 1)) -> Tensor:
+    """Rotate by 90 degrees ``k`` times in the plane ``dims``, from the first axis towards the second."""
+    t = as_tensor(input)
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"rot90: expected total rotation dims == 2, but got dims = {len(dims)}")
+    if t.ndim < 2:
+        raise RuntimeError(f"rot90: expected total dims >= 2, but got total dims = {t.ndim}")
+    d0, d1 = _check_dim(int(dims[0]), t.ndim, "rot90"), _check_dim(int(dims[1]), t.ndim, "rot90")
+    if d0 == d1:
+        raise RuntimeError(f"rot90: expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
+    k = int(k) % 4
+    if k == 0:
+        return t
+    if k == 2:
+        return flip(t, (d0, d1))
+    # a quarter turn is a transpose of the plane and a flip: which axis flips gives the direction
+    return transpose(flip(t, (d1,)), d0, d1) if k == 1 else flip(transpose(t, d0, d1), (d1,))
+
+
 def meshgrid(*tensors, indexing: str = "ij") -> tuple:
     """Coordinate grids from 1-D tensors (``indexing="xy"`` swaps the first two output dims, as numpy's
     default does); each grid is its input broadcast, so its gradient sums over the other dims."""

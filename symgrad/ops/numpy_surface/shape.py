@@ -289,3 +289,28 @@ def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     grids = F.meshgrid(*[F.reshape(F.as_tensor(x), (-1,)) for x in xi], indexing=indexing)
     # numpy returns writeable copies by default; symgrad's broadcast grids are read-only views
     return tuple(F.clone(g) for g in grids) if copy else grids
+
+
+@numpy_functions(np.rot90)
+def _rot90(m, k=1, axes=(0, 1)):
+    t = F.as_tensor(m)
+    axes = tuple(axes)
+    if len(axes) != 2:
+        raise ValueError("numpy.rot90: len(axes) must be 2.")
+    a0, a1 = (_int_axis(a, t.ndim, "rot90") for a in axes)
+    if a0 == a1:
+        raise ValueError("numpy.rot90: Axes must be different.")
+    return F.rot90(t, k, (a0, a1))
+
+
+@numpy_functions(np.append)
+def _append(arr, values, axis=None):
+    a, v = F.as_tensor(arr), F.as_tensor(values)
+    if axis is None:
+        return F.cat([F.reshape(a, (-1,)), F.reshape(v, (-1,))], 0)
+    return F.cat([a, v], _int_axis(axis, a.ndim, "append"))
+
+
+@numpy_functions(np.diagflat)
+def _diagflat(v, k=0):
+    return F.diag(F.reshape(F.as_tensor(v), (-1,)), int(k))
