@@ -27,6 +27,26 @@ def two(s1, s2):
     return lambda r: (r.standard_normal(s1), r.standard_normal(s2))
 
 
+def _face(x):
+    """A tensor marked numpy-face, as values traced for a function given numpy arrays are (arrays pass)."""
+    if isinstance(x, symgrad.Tensor):
+        x._numpy_face = True
+    return x
+
+
+def _scatter_add(x, v):
+    z = np.zeros_like(x)
+    np.add.at(z, [0, 2, 0, 1, 0], v * x[[0, 2, 0, 1, 0]])
+    return z
+
+
+def _write_repeats(x, v):
+    z = _face(x * 1.0)
+    z[[0, 2, 0, 0]] += v      # numpy: the last write of position 0 wins
+    z[[1, 1]] = v[1:3]
+    return z
+
+
 def _pieces(parts):
     # every piece weighted differently, so a gradient routed to the wrong piece shows
     return np.concatenate([np.ravel(p) * (k + 1) for k, p in enumerate(parts)])
@@ -135,6 +155,12 @@ ROWS = [
     Usage("np.meshgrid(a, b, c, indexing='ij')",
           lambda a, b, c: _pieces(np.meshgrid(a, b, c, indexing="ij")),
           lambda r: (r.standard_normal(2), r.standard_normal(3), r.standard_normal(2)), wrt=(0, 1, 2)),
+    # scatter-add and writes through repeated indices, negative-step slices (numpy-face values)
+    Usage("np.add.at(np.zeros_like(x), idx, v * x[idx])", _scatter_add, two((3,), (5,)), wrt=(0, 1)),
+    Usage("z[idx] += v; z[idx] = v with repeats", _write_repeats, two((3,), (4,)), wrt=(0, 1)),
+    Usage("x[::-1]", lambda x: _face(x)[::-1], m(5)),
+    Usage("x[:, ::-2]", lambda x: _face(x)[:, ::-2], m(3, 5)),
+    Usage("x[4:0:-3, ::-1]", lambda x: _face(x)[4:0:-3, ::-1], m(6, 2)),
     # in a loss written the numpy way
     Usage("np.sum(np.diff-like via roll)", lambda x: np.sum((np.roll(x, 1) - x) ** 2), m(6)),
     Usage("np.trace(np.tril(x) @ x.T)", lambda x: np.trace(np.tril(x) @ x.T), m(3, 3)),
