@@ -47,6 +47,12 @@ def _write_repeats(x, v):
     return z
 
 
+def _write_negative_step(x, v):
+    z = _face(x * 1.0)
+    z[::-2] = v
+    return z
+
+
 def _pieces(parts):
     # every piece weighted differently, so a gradient routed to the wrong piece shows
     return np.concatenate([np.ravel(p) * (k + 1) for k, p in enumerate(parts)])
@@ -158,6 +164,7 @@ ROWS = [
     # scatter-add and writes through repeated indices, negative-step slices (numpy-face values)
     Usage("np.add.at(np.zeros_like(x), idx, v * x[idx])", _scatter_add, two((3,), (5,)), wrt=(0, 1)),
     Usage("z[idx] += v; z[idx] = v with repeats", _write_repeats, two((3,), (4,)), wrt=(0, 1)),
+    Usage("z[::-2] = v", _write_negative_step, two((5,), (3,)), wrt=(0, 1)),
     Usage("x[::-1]", lambda x: _face(x)[::-1], m(5)),
     Usage("x[:, ::-2]", lambda x: _face(x)[:, ::-2], m(3, 5)),
     Usage("x[4:0:-3, ::-1]", lambda x: _face(x)[4:0:-3, ::-1], m(6, 2)),
@@ -219,6 +226,10 @@ def test_negative_step_slices_on_torch_face_tensors_raise_as_torch_does():
         torch.arange(6.0)[::-1]
     with pytest.raises(ValueError, match="step must be greater than zero"):
         symgrad.tensor(np.ones((3, 3)))[[0, 1], ::-1]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        t[::-2] = symgrad.tensor(np.ones(3))
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        torch.zeros(6)[::-2] = torch.ones(3)
 
 
 INDEX = np.array([0, 2, 0, 3, 3, 3])

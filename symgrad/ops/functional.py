@@ -1366,6 +1366,9 @@ def _copy_slices_fwd(self, src, indices):
 def setitem(t: Tensor, idx, value) -> None:
     """``t[idx] = value``; on a non-leaf this records a CopySlices node."""
     idx = _index_key(idx)
+    if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+                                    for i in (idx if isinstance(idx, tuple) else (idx,))):
+        raise ValueError("step must be greater than zero")  # PyTorch's refusal; numpy-face values write
     _check_inplace_leaf(t)
     v = _operand(value)
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
