@@ -23,6 +23,10 @@ def m(*shape):
     return lambda r: (r.standard_normal(shape),)
 
 
+def ints(*shape):
+    return lambda r: (r.integers(-9, 10, shape),)
+
+
 def two(s1, s2):
     return lambda r: (r.standard_normal(s1), r.standard_normal(s2))
 
@@ -168,6 +172,13 @@ ROWS = [
     Usage("x[::-1]", lambda x: _face(x)[::-1], m(5)),
     Usage("x[:, ::-2]", lambda x: _face(x)[:, ::-2], m(3, 5)),
     Usage("x[4:0:-3, ::-1]", lambda x: _face(x)[4:0:-3, ::-1], m(6, 2)),
+    # integer arrays: values only, eager and compiled, integer dtype kept
+    Usage("np.flip(i) int", lambda i: np.flip(i, 0), ints(3, 4), grad=False),
+    Usage("np.tril(i) int", lambda i: np.tril(i), ints(3, 3), grad=False),
+    Usage("np.pad(i, 1, constant_values=7) int", lambda i: np.pad(i, 1, constant_values=7), ints(2, 3), grad=False),
+    Usage("np.repeat(i, [1, 2], axis=0) int", lambda i: np.repeat(i, [1, 2], axis=0), ints(2, 3), grad=False),
+    Usage("np.roll(i, 1) int", lambda i: np.roll(i, 1), ints(2, 3), grad=False),
+    Usage("np.diag(i) int", lambda i: np.diag(i), ints(3), grad=False),
     # in a loss written the numpy way
     Usage("np.sum(np.diff-like via roll)", lambda x: np.sum((np.roll(x, 1) - x) ** 2), m(6)),
     Usage("np.trace(np.tril(x) @ x.T)", lambda x: np.trace(np.tril(x) @ x.T), m(3, 3)),
@@ -432,3 +443,26 @@ def test_torch_method_forms_match_torch(expr):
 def test_shape_deciding_arguments_traced_as_inputs_are_refused(fn):
     with pytest.raises(symgrad.TraceError, match=r"traced tensor is not supported in a compiled function"):
         symgrad.value_and_grad(lambda x, r: np.sum(fn(x, r)))(np.ones(4), np.array([1, 2, 0, 1]))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_compiled_forward_and_backward_of_a_shape_heavy_function(backend):
+    def f(x, y):
+        a = np.pad(np.tril(x), 1, mode="edge") + np.roll(np.flip(x, 0), 1, axis=1)[[0, 0, 1, 2, 2]][:, [0, 1, 2, 3, 0, 1]]
+        b = np.vstack(np.split(np.tile(y, 2), 2)) @ np.diag(np.diagonal(np.rot90(a))[:5])
+        return np.sum(np.take_along_axis(b, np.array([[1], [0]]), 1)) + np.trace(a)
+
+    rng = np.random.default_rng(9)
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal(5)
+    leaves = [symgrad.tensor(x, requires_grad=True), symgrad.tensor(y, requires_grad=True)]
+    eager = f(*leaves)
+    eager.backward()
+    compiled = [symgrad.tensor(x, requires_grad=True), symgrad.tensor(y, requires_grad=True)]
+    out = symgrad.compile(f, backend=backend)(*compiled)
+    out.backward()
+    np.testing.assert_allclose(out.item(), f(x, y), rtol=1e-12)
+    np.testing.assert_allclose(eager.item(), f(x, y), rtol=1e-12)
+    fd = _finite_differences(f, (x, y), (0, 1))
+    for a, b, g in zip(compiled, leaves, fd):
+        np.testing.assert_allclose(a.grad.numpy(), g, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(b.grad.numpy(), g, rtol=1e-6, atol=1e-8)
