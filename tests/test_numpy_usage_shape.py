@@ -448,7 +448,8 @@ def test_shape_deciding_arguments_traced_as_inputs_are_refused(fn):
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_compiled_forward_and_backward_of_a_shape_heavy_function(backend):
     def f(x, y):
-        a = np.pad(np.tril(x), 1, mode="edge") + np.roll(np.flip(x, 0), 1, axis=1)[[0, 0, 1, 2, 2]][:, [0, 1, 2, 3, 0, 1]]
+        gathered = np.roll(np.flip(x, 0), 1, axis=1)[[0, 0, 1, 2, 2]][:, [0, 1, 2, 3, 0, 1]]
+        a = np.pad(np.tril(x), 1, mode="edge") + gathered
         b = np.vstack(np.split(np.tile(y, 2), 2)) @ np.diag(np.diagonal(np.rot90(a))[:5])
         return np.sum(np.take_along_axis(b, np.array([[1], [0]]), 1)) + np.trace(a)
 
