@@ -22,7 +22,9 @@ def _int_axis(axis, ndim: int, name: str) -> int:
 
 
 def _sequence(arrays, name: str) -> list:
-    if isinstance(arrays, Tensor) or not isinstance(arrays, (list, tuple)):
+    if isinstance(arrays, Tensor) and arrays.ndim >= 1:
+        return list(F.unbind(arrays, 0))  # numpy iterates an array: its rows are the sequence
+    if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"numpy.{name}: arrays to stack must be passed as a list or tuple of arrays "
                         f"(got {type(arrays).__name__})")
     return [F.as_tensor(a) for a in arrays]
