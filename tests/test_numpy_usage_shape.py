@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy_usage import Usage, _finite_differences, check, params
 
 import symgrad
@@ -468,3 +470,85 @@ def test_compiled_forward_and_backward_of_a_shape_heavy_function(backend):
     for a, b, g in zip(compiled, leaves, fd):
         np.testing.assert_allclose(a.grad.numpy(), g, rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(b.grad.numpy(), g, rtol=1e-6, atol=1e-8)
+
+
+# --- property check: every function of the family moves input entries around -------------------
+# Applied to the array of positions, a function says where each output entry comes from; the gradient
+# of sum(f(x) * w) is then w scattered back to those positions, exactly.
+
+
+@st.composite
+def _shape_case(draw):
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    axis = draw(st.integers(-ndim, ndim - 1))
+    kind = draw(st.sampled_from(["flip", "roll", "tile", "repeat", "pad", "split", "take", "tril", "diagonal",
+                                 "moveaxis", "rot90", "slice"]))
+    if kind == "flip":
+        return shape, lambda a: np.flip(a, axis=axis), f"flip axis={axis}"
+    if kind == "roll":
+        s = draw(st.integers(-6, 6))
+        return shape, lambda a: np.roll(a, s, axis=axis), f"roll {s} axis={axis}"
+    if kind == "tile":
+        reps = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)))
+        return shape, lambda a: np.tile(a, reps), f"tile {reps}"
+    if kind == "repeat":
+        counts = draw(st.lists(st.integers(0, 3), min_size=shape[axis], max_size=shape[axis]))
+        return shape, lambda a: np.repeat(a, counts, axis=axis), f"repeat {counts} axis={axis}"
+    if kind == "pad":
+        widths = [tuple(draw(st.lists(st.integers(0, 3), min_size=2, max_size=2))) for _ in shape]
+        mode = draw(st.sampled_from(["constant", "edge", "reflect", "symmetric", "wrap"]))
+        if mode == "reflect" and any(n == 1 and (b or a) for n, (b, a) in zip(shape, widths)):
+            mode = "symmetric"  # numpy's reflect of a length-1 axis repeats it; covered by edge
+        if mode == "constant":
+            return shape, lambda a: np.pad(a, widths, constant_values=-1), f"pad {widths} constant"
+        return shape, lambda a: np.pad(a, widths, mode=mode), f"pad {widths} {mode}"
+    if kind == "split":
+        k = draw(st.integers(1, 4))
+        return shape, lambda a: np.concatenate([np.ravel(p) for p in np.array_split(a, k, axis=axis)[::-1]]), \
+            f"array_split {k} axis={axis}"
+    if kind == "take":
+        idx = draw(st.lists(st.integers(-shape[axis], shape[axis] - 1), min_size=0, max_size=5))
+        return shape, lambda a: np.take(a, np.array(idx, dtype=int), axis=axis), f"take {idx} axis={axis}"
+    if kind == "tril":
+        k = draw(st.integers(-3, 3))
+        # zeroed entries come from no input entry: shifted by one, they read -1 in the positions' version
+        tri = draw(st.sampled_from([np.tril, np.triu]))
+        return shape, lambda a: tri(a + 1, k) - 1, f"{tri.__name__} k={k}"
+    if kind == "diagonal" and ndim >= 2:
+        off = draw(st.integers(-3, 3))
+        return shape, lambda a: np.diagonal(a, off, 0, ndim - 1), f"diagonal {off}"
+    if kind == "rot90" and ndim >= 2:
+        k = draw(st.integers(-4, 4))
+        return shape, lambda a: np.rot90(a, k, axes=(ndim - 1, 0)), f"rot90 {k}"
+    if kind == "moveaxis":
+        dst = draw(st.integers(-ndim, ndim - 1))
+        return shape, lambda a: np.moveaxis(a, axis, dst), f"moveaxis {axis}->{dst}"
+    start, stop = draw(st.integers(-5, 5)), draw(st.integers(-5, 5))
+    step = draw(st.sampled_from([-3, -2, -1, 1, 2]))
+    key = (slice(None),) * (axis % ndim) + (slice(start, stop, step),)
+    return shape, lambda a: (_face(a) if isinstance(a, symgrad.Tensor) else a)[key], f"slice {key}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_shape_case())
+def test_family_moves_entries_as_numpy_does(case):
+    shape, fn, label = case
+    n = int(np.prod(shape))
+    x = np.random.default_rng(n).standard_normal(shape)
+    source = fn(np.arange(n).reshape(shape))              # which input entry each output entry copies
+    want = fn(x)
+    # the oracle itself: each output entry is the input entry it names ((x + 1) - 1 rounds, hence allclose)
+    assert np.allclose(np.where(source >= 0, x.reshape(-1)[np.maximum(source, 0)], want), want,
+                       rtol=1e-15, atol=1e-15), label
+    w = np.random.default_rng(n + 1).standard_normal(want.shape)
+    expected = np.zeros(n)
+    np.add.at(expected, source[source >= 0], w[source >= 0])
+
+    t = symgrad.tensor(x, requires_grad=True)
+    got = fn(t)
+    np.testing.assert_array_equal(got.detach().numpy(), want, err_msg=label)
+    if want.size:
+        (got * symgrad.tensor(w)).sum().backward()
+        # (entries copied several times sum their weights in another order: rounding only)
+        np.testing.assert_allclose(t.grad.numpy().reshape(-1), expected, rtol=1e-13, atol=1e-15, err_msg=label)
