@@ -410,6 +410,10 @@ def test_float32_stays_float32(fn):
 @pytest.mark.parametrize("call,error,message", [
     (lambda t: np.pad(t, 1, mode="linear_ramp"), ValueError, r"numpy\.pad: mode='linear_ramp' is not supported"),
     (lambda t: np.pad(t, 1, mode="mean"), ValueError, r"numpy\.pad: mode='mean'"),
+    (lambda t: np.pad(t, 1, mode="reflect", reflect_type="odd"), ValueError, r"numpy\.pad: reflect_type='odd'"),
+    (lambda t: np.pad(t, 1, mode="edge", constant_values=2), ValueError,
+     r"numpy\.pad: unsupported keyword arguments for mode 'edge'"),
+    (lambda t: np.meshgrid(t[0], t[1], sparse=True), TypeError, r"numpy\.meshgrid with sparse=True"),
     (lambda t: np.pad(t, ((1, 2), (3, 4), (5, 6))), ValueError, r"numpy\.pad: pad_width"),
     (lambda t: np.split(t, 4), ValueError, r"numpy\.split: array split does not result in an equal division"),
     (lambda t: np.vsplit(t[0], 2), ValueError, r"numpy\.vsplit only works on arrays of 2 or more dimensions"),
