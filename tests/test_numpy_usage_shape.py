@@ -53,6 +53,12 @@ def _write_repeats(x, v):
     return z
 
 
+def _write_leading_one(x, v):
+    z = _face(x * 1.0)
+    z[[0, 0, 1]] = v          # v of shape (1, 3): numpy drops the leading 1
+    return z
+
+
 def _write_negative_step(x, v):
     z = _face(x * 1.0)
     z[::-2] = v
@@ -173,6 +179,7 @@ ROWS = [
     Usage("np.add.at(np.zeros_like(x), idx, v * x[idx])", _scatter_add, two((3,), (5,)), wrt=(0, 1)),
     Usage("z[idx] += v; z[idx] = v with repeats", _write_repeats, two((3,), (4,)), wrt=(0, 1)),
     Usage("z[::-2] = v", _write_negative_step, two((5,), (3,)), wrt=(0, 1)),
+    Usage("z[[0, 0, 1]] = v with v of shape (1, 3)", _write_leading_one, two((4,), (1, 3)), wrt=(0, 1)),
     Usage("x[::-1]", lambda x: _face(x)[::-1], m(5)),
     Usage("x[:, ::-2]", lambda x: _face(x)[:, ::-2], m(3, 5)),
     Usage("x[4:0:-3, ::-1]", lambda x: _face(x)[4:0:-3, ::-1], m(6, 2)),

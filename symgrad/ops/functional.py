@@ -1377,12 +1377,8 @@ def setitem(t: Tensor, idx, value) -> None:
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
-            shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
-            if is_numpy_face(t) and isinstance(v, Tensor) and v.ndim <= len(shape):
-                # numpy: of repeated positions the last write wins, so only its value gets a gradient
-                # (PyTorch's IndexPutBackward0 hands every duplicate the gradient)
-                v = _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v,
-                          tuple(t.shape), idx)
+            if is_numpy_face(t) and isinstance(v, Tensor):
+                v = _last_writes_only(t, idx, v)
             result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
         else:
             result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
@@ -1390,6 +1386,18 @@ def setitem(t: Tensor, idx, value) -> None:
         return
     t._data[_index_arg(idx)] = v._data if isinstance(v, Tensor) else v
     t._version_counter.value += 1
+
+
+def _last_writes_only(t: Tensor, idx, v: Tensor) -> Tensor:
+    """numpy's ``t[idx] = v``: of repeated positions the last write wins, so only its value may get a
+    gradient (PyTorch's IndexPutBackward0 hands every duplicate the gradient)."""
+    shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
+    extra = v.ndim - len(shape)
+    if extra > 0:
+        if any(d != 1 for d in v.shape[:extra]):
+            return v  # does not fit: index_put raises numpy's broadcasting error
+        v = reshape(v, tuple(v.shape[extra:]))  # numpy drops the leading 1s of such values
+    return _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v, tuple(t.shape), idx)
 
 
 def _index_key(idx):
