@@ -169,6 +169,16 @@ ROWS = [
     Usage("np.append(x, y)", lambda x, y: np.append(x, y), two((2, 2), (3,)), wrt=(0, 1)),
     Usage("np.append(x, y, axis=1)", lambda x, y: np.append(x, y, axis=1), two((2, 2), (2, 3)), wrt=(0, 1)),
     Usage("np.diagflat(x, 1)", lambda x: np.diagflat(x, 1), m(2, 2)),
+    # delete, resize, rollaxis
+    Usage("np.delete(x, 1)", lambda x: np.delete(x, 1), m(2, 3)),
+    Usage("np.delete(x, [0, 2], axis=1)", lambda x: np.delete(x, [0, 2], axis=1), m(2, 4)),
+    Usage("np.delete(x, slice(None, None, 2), axis=0)", lambda x: np.delete(x, slice(None, None, 2), axis=0),
+          m(5, 2)),
+    Usage("np.resize(x, (3, 5))", lambda x: np.resize(x, (3, 5)), m(2, 3)),
+    Usage("np.rollaxis(x, 2)", lambda x: np.rollaxis(x, 2), m(2, 3, 4)),
+    Usage("np.rollaxis(x, 0, 3)", lambda x: np.rollaxis(x, 0, 3), m(2, 3, 4)),
+    Usage("np.rollaxis(x, 0, -1)", lambda x: np.rollaxis(x, 0, -1), m(2, 3, 4)),
+    Usage("np.rollaxis(x, -1, -3)", lambda x: np.rollaxis(x, -1, -3), m(2, 3, 4)),
     # meshgrid
     Usage("X, Y = np.meshgrid(a, b)", lambda a, b: (lambda X, Y: X * Y + 2 * X)(*np.meshgrid(a, b)),
           two((3,), (2,)), wrt=(0, 1)),

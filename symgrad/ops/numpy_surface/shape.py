@@ -316,3 +316,44 @@ def _append(arr, values, axis=None):
 @numpy_functions(np.diagflat)
 def _diagflat(v, k=0):
     return F.diag(F.reshape(F.as_tensor(v), (-1,)), int(k))
+
+
+def _rearranged(t: Tensor, rearrange) -> Tensor:
+    """``rearrange`` (a numpy function that only moves, drops or repeats entries) applied to ``t``: run on
+    the array of positions it says which entry each output entry copies, and a gather does the rest
+    (exact; the gradient scatter-adds, so repeated entries accumulate)."""
+    source = rearrange(np.arange(t.numel()).reshape(tuple(t.shape)))
+    return F._call("index.Tensor", F.reshape(t, (-1,)), source)
+
+
+@numpy_functions(np.delete)
+def _delete(arr, obj, axis=None):
+    t = F.as_tensor(arr)
+    obj = F._static_values(obj, "numpy.delete's obj") if isinstance(obj, Tensor) else obj
+    return _rearranged(t, lambda positions: np.delete(positions, obj, axis))
+
+
+@numpy_functions(np.resize)
+def _resize(a, new_shape):
+    t = F.as_tensor(a)
+    if t.numel() == 0:
+        raise ValueError("numpy.resize of an empty tensor is not supported on symgrad tensors (its result "
+                         "is zeros, with no entry of the input)")
+    return _rearranged(t, lambda positions: np.resize(positions, new_shape))
+
+
+@numpy_functions(np.rollaxis)
+def _rollaxis(a, axis, start=0):
+    t = F.as_tensor(a)
+    n = t.ndim
+    axis = _int_axis(axis, n, "rollaxis")
+    start = start + n if start < 0 else start  # numpy: a negative start counts from n, not n + 1
+    if not 0 <= start <= n:
+        raise np.exceptions.AxisError(f"numpy.rollaxis: start is out of bounds for an array of dimension {n}")
+    if axis < start:
+        start -= 1
+    if axis == start:
+        return t
+    order = [d for d in range(n) if d != axis]
+    order.insert(start, axis)
+    return F.permute(t, tuple(order))
