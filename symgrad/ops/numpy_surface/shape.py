@@ -357,3 +357,23 @@ def _rollaxis(a, axis, start=0):
     order = [d for d in range(n) if d != axis]
     order.insert(start, axis)
     return F.permute(t, tuple(order))
+
+
+@numpy_functions(np.insert)
+def _insert(arr, obj, values, axis=None):
+    t = F.as_tensor(arr)
+    v = F.as_tensor(values)
+    if v.dtype is not t.dtype:
+        v = F.to(v, t.dtype)  # numpy casts the inserted values to the array's dtype
+    obj = F._static_values(obj, "numpy.insert's obj") if isinstance(obj, Tensor) else obj
+    positions = np.arange(t.numel()).reshape(tuple(t.shape))
+    # numpy's insert run twice on positions: once to place the array's entries (inserted spots -1) and once
+    # to place the values' entries (the array's spots -1), with the values' broadcasting and moves
+    from_array = np.insert(positions, obj, -1, axis)
+    from_values = np.insert(np.full(tuple(t.shape), -1), obj, np.arange(v.numel()).reshape(tuple(v.shape)), axis)
+    inserted = from_values >= 0
+    kept = F._call("index.Tensor", F.reshape(t, (-1,)), np.maximum(from_array, 0))
+    if v.numel() == 0 or not inserted.any():
+        return kept
+    new = F._call("index.Tensor", F.reshape(v, (-1,)), np.maximum(from_values, 0))
+    return F.where(inserted, new, kept)
