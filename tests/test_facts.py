@@ -49,13 +49,15 @@ def test_shipped_facts_are_the_backends_former_lists():
                                         "unsqueeze", "squeeze.dim", "detach"}
     assert facts.ops_tagged("fresh_result") == {"mm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
-                                                "where.self"}
+                                                "where.self",
+                                                "flip", "keep_last_writes"}  # numpy surface: shape
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {
         "expand", "view", "_unsafe_view", "unsqueeze", "squeeze", "squeeze.dim", "squeeze.dims", "squeeze_",
         "squeeze_.dim", "t", "transpose.int", "permute", "detach", "constant", "_to_copy", "clone",
-        "select.int", "slice.Tensor"}
+        "select.int", "slice.Tensor",
+        "flip"}  # numpy surface: shape
     kinds = {op: facts.reduction_kind(op) for op in load_rules() if facts.reduction_kind(op)}
     assert kinds == {"sum": "sum", "sum.dim_IntList": "sum", "mean": "mean", "mean.dim": "mean",
                      "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}

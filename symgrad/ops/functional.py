@@ -28,7 +28,7 @@ from ..rules.vocab import (
     normalize_dims,
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
-from ..tensor import Tensor
+from ..tensor import Tensor, is_numpy_face
 from . import registry
 from .registry import apply, forward, get
 
@@ -1248,12 +1248,16 @@ def getitem(t: Tensor, idx) -> Tensor:
     if not isinstance(idx, tuple):
         idx = (idx,)
     if any(_is_advanced(i) for i in idx):
+        if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+                                        for i in idx):
+            raise ValueError("step must be greater than zero")
         key = _index_key(idx if len(idx) > 1 else idx[0])
         try:
             np.empty(t.shape, dtype=np.bool_)[_index_arg(key)]
         except IndexError as exc:
             raise IndexError(f"index {idx!r} does not fit a tensor of shape {list(t.shape)}: {exc}") from None
         return _call("index.Tensor", t, key)
+    numpy_face = is_numpy_face(t)  # numpy's negative-step slices; torch refuses them
     n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
     if n_real > t.ndim:
         raise IndexError(f"too many indices for tensor of dimension {t.ndim} (got {n_real})")
@@ -1266,9 +1270,11 @@ def getitem(t: Tensor, idx) -> Tensor:
             dim += 1
         elif isinstance(item, builtins.slice):
             start, stop, step = item.indices(out.shape[dim])
-            if (start, stop, step) != (0, out.shape[dim], 1):
-                if step < 0:
+            if step < 0:
+                if not numpy_face:
                     raise ValueError("step must be greater than zero")
+                out = _negative_step_slice(out, dim, start, stop, step)
+            elif (start, stop, step) != (0, out.shape[dim], 1):
                 out = slice_op(out, dim, start, builtins.max(stop, start), step)
             dim += 1
         elif isinstance(item, (int, np.integer)):
@@ -1279,6 +1285,21 @@ def getitem(t: Tensor, idx) -> Tensor:
     if out is t:  # x[:] is a view in PyTorch; keep it in the graph
         out = _call("slice.Tensor", t, 0, 0, t.shape[0], 1) if t.ndim else t
     return out
+
+
+def _negative_step_slice(t: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
+    """numpy's ``t[start:stop:step]`` along ``dim`` with ``step < 0`` (``start``/``stop`` from
+    ``slice.indices``): reverse the axis, then take an ordinary positive-step slice of the reversed axis."""
+    n = t.shape[dim]
+    count = len(range(start, stop, step))
+    if count == 0:
+        return slice_op(t, dim, 0, 0, 1)
+    last = start + (count - 1) * step          # the smallest position taken
+    rev = flip(t, (dim,))                      # position p of t is position n - 1 - p of rev
+    lo, hi = n - 1 - start, n - last
+    if (lo, hi, -step) == (0, n, 1):
+        return rev
+    return slice_op(rev, dim, lo, hi, -step)
 
 
 # --- in-place ops ---------------------------------------------------------------------------
@@ -1369,6 +1390,9 @@ def _copy_slices_fwd(self, src, indices):
 def setitem(t: Tensor, idx, value) -> None:
     """``t[idx] = value``; on a non-leaf this records a CopySlices node."""
     idx = _index_key(idx)
+    if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+                                    for i in (idx if isinstance(idx, tuple) else (idx,))):
+        raise ValueError("step must be greater than zero")  # PyTorch's refusal; numpy-face values write
     _check_inplace_leaf(t)
     v = _operand(value)
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
@@ -1377,6 +1401,8 @@ def setitem(t: Tensor, idx, value) -> None:
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
+            if is_numpy_face(t) and isinstance(v, Tensor):
+                v = _last_writes_only(t, idx, v)
             result = _call("index_put", _alias_for_inplace(t, False), idx, v, False)
         else:
             result = _call("copy_slices", _alias_for_inplace(t, False), v, idx)
@@ -1384,6 +1410,18 @@ def setitem(t: Tensor, idx, value) -> None:
         return
     t._data[_index_arg(idx)] = v._data if isinstance(v, Tensor) else v
     t._version_counter.value += 1
+
+
+def _last_writes_only(t: Tensor, idx, v: Tensor) -> Tensor:
+    """numpy's ``t[idx] = v``: of repeated positions the last write wins, so only its value may get a
+    gradient (PyTorch's IndexPutBackward0 hands every duplicate the gradient)."""
+    shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
+    extra = v.ndim - len(shape)
+    if extra > 0:
+        if any(d != 1 for d in v.shape[:extra]):
+            return v  # does not fit: index_put raises numpy's broadcasting error
+        v = reshape(v, tuple(v.shape[extra:]))  # numpy drops the leading 1s of such values
+    return _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v, tuple(t.shape), idx)
 
 
 def _index_key(idx):
@@ -1411,6 +1449,461 @@ def _index_arg(idx):
 
 
 # === numpy surface: shape, assembly and indexing ===
+
+# Structural functions with PyTorch's names and signatures.  flip is an op of its own; the rest are
+# exact decompositions into ops that have rules (slice, cat, expand, reshape, index, where, ...), so
+# they need no derivative of their own and compile through those ops' lowerings.
+
+@forward("flip")
+def _flip_fwd(self, dims):
+    return np.flip(self, axis=tuple(dims)).copy() if len(dims) else np.array(self, copy=True)
+
+
+def flip(input, dims) -> Tensor:
+    """Reverse the order of elements along ``dims`` (FlipBackward0)."""
+    t = as_tensor(input)
+    dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+    norm = tuple(_check_dim(int(d), t.ndim, "flip") for d in dims)
+    if len(set(norm)) != len(norm):
+        raise RuntimeError(f"flip: dims {list(dims)} has a repeated dim")
+    return _call("flip", t, norm)
+
+
+def fliplr(input) -> Tensor:
+    t = as_tensor(input)
+    if t.ndim < 2:
+        raise RuntimeError("fliplr: input must be >= 2-d.")
+    return flip(t, (1,))
+
+
+def flipud(input) -> Tensor:
+    t = as_tensor(input)
+    if t.ndim < 1:
+        raise RuntimeError("flipud: input must be >= 1-d.")
+    return flip(t, (0,))
+
+
+def _roll_one(t: Tensor, shift: int, dim: int) -> Tensor:
+    n = t.shape[dim]
+    s = shift % n if n else 0
+    if s == 0:
+        return t
+    return cat([slice_op(t, dim, n - s, n, 1), slice_op(t, dim, 0, n - s, 1)], dim)
+
+
+def roll(input, shifts, dims=None) -> Tensor:
+    """Shift elements along ``dims`` cyclically (over the flattened tensor when ``dims`` is None)."""
+    t = as_tensor(input)
+    shifts = (shifts,) if isinstance(shifts, (int, np.integer)) else tuple(shifts)
+    if dims is None:
+        if len(shifts) != 1:
+            raise RuntimeError(f"roll: shifts {list(shifts)} needs dims of the same length")
+        flat = reshape(t, (-1,))
+        return reshape(_roll_one(flat, int(shifts[0]), 0), tuple(t.shape))
+    dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+    if len(dims) != len(shifts):
+        raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(shifts)}, dims: {len(dims)}")
+    for s, d in zip(shifts, dims):
+        t = _roll_one(t, int(s), _check_dim(int(d), t.ndim, "roll"))
+    return t
+
+
+def tile(input, dims) -> Tensor:
+    """Repeat the whole tensor ``dims[i]`` times along each dimension (numpy's and torch's tile)."""
+    t = as_tensor(input)
+    reps = (int(dims),) if isinstance(dims, (int, np.integer)) else tuple(int(r) for r in dims)
+    if any(r < 0 for r in reps):
+        raise RuntimeError(f"tile: repeats {list(reps)} must be non-negative")
+    nd = builtins.max(len(reps), t.ndim)
+    reps = (1,) * (nd - len(reps)) + reps
+    shape = (1,) * (nd - t.ndim) + tuple(t.shape)
+    # (s0, s1) -> (1, s0, 1, s1) -> (r0, s0, r1, s1) -> (r0*s0, r1*s1): every copy is a broadcast read
+    interleaved = tuple(x for s in shape for x in (1, s))
+    wide = expand(reshape(t, interleaved), tuple(x for r, s in zip(reps, shape) for x in (r, s)))
+    return reshape(wide, tuple(r * s for r, s in zip(reps, shape)))
+
+
+def _static_values(x, what: str) -> np.ndarray:
+    """The values of an argument that decides a result's shape (repeat counts, split points): a tensor
+    traced as a compiled function's input can't be one, since the graph would bake in this call's values."""
+    if isinstance(x, Tensor):
+        rec = registry._recorder
+        if rec is not None and rec.is_traced(x):
+            rec.refuse(f"{what} given as a traced tensor is not supported in a compiled function: the "
+                       f"result's shape depends on its values (pass a list or a numpy array)")
+        return x._data
+    return np.asarray(x)
+
+
+def repeat_interleave(input, repeats, dim=None) -> Tensor:
+    """Repeat each element ``repeats`` times (an int, or one count per element) along ``dim``."""
+    t = as_tensor(input)
+    if dim is None:
+        t, dim = reshape(t, (-1,)), 0
+    dim = _check_dim(int(dim), t.ndim, "repeat_interleave")
+    n = t.shape[dim]
+    counts = _static_values(repeats, "repeat_interleave's repeats")
+    if counts.dtype.kind not in "iub":
+        raise TypeError(f"repeat_interleave: repeats must be integers, got {counts.dtype}")
+    if np.any(counts < 0):
+        raise RuntimeError("repeat_interleave: repeats can not be negative")
+    if counts.ndim == 0 or counts.size == 1:
+        r = int(counts.reshape(-1)[0]) if counts.size else 0
+        shape = tuple(t.shape)
+        # (.., n, ..) -> (.., n, 1, ..) -> (.., n, r, ..) -> (.., n*r, ..)
+        wide = expand(unsqueeze(t, dim + 1), shape[:dim + 1] + (r,) + shape[dim + 1:])
+        return reshape(wide, shape[:dim] + (n * r,) + shape[dim + 1:])
+    if counts.shape != (n,):
+        raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim ({n}), "
+                           f"got {counts.shape[0]}")
+    source = np.repeat(np.arange(n), counts)
+    return _call("index.Tensor", t, (builtins.slice(None),) * dim + (source,) if dim else source)
+
+
+def _pad_pairs(value, ndim: int, what: str) -> list[tuple]:
+    """numpy's pad-width / constant-value broadcasting: scalar, (before, after), or one pair per axis."""
+    arr = np.asarray(value, dtype=object)
+    try:
+        pairs = np.broadcast_to(arr, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"numpy.pad: {what} {value!r} does not fit an array of {ndim} dimensions "
+                         f"(give a scalar, a (before, after) pair, or one pair per axis)") from None
+    return [tuple(p) for p in pairs.tolist()]
+
+
+_PAD_INDEX_MODES = ("edge", "reflect", "symmetric", "wrap")
+
+
+def _numpy_pad(input, pad_width, mode="constant", constant_values=0, reflect_type="even") -> Tensor:
+    """numpy.pad for the modes whose result is a copy of input values: constant, edge, reflect,
+    symmetric, wrap (axis by axis, as numpy does, so corners follow numpy)."""
+    t = as_tensor(input)
+    widths = _pad_pairs(pad_width, t.ndim, "pad_width")
+    for b, a in widths:
+        if int(b) != b or int(a) != a or b < 0 or a < 0:
+            raise ValueError(f"numpy.pad: pad_width {pad_width!r} must be non-negative integers")
+    if mode == "constant":
+        values = _pad_pairs(constant_values, t.ndim, "constant_values")
+        for d, ((b, a), (cb, ca)) in enumerate(zip(widths, values)):
+            parts = []
+            for width, c in ((int(b), cb), (0, None), (int(a), ca)):
+                if c is None:
+                    parts.append(t)
+                elif width:
+                    shape = tuple(t.shape[:d]) + (width,) + tuple(t.shape[d + 1:])
+                    parts.append(as_tensor(np.full(shape, c, dtype=t._data.dtype)))
+            t = cat(parts, d) if len(parts) > 1 else t
+        return t
+    if mode in _PAD_INDEX_MODES:
+        if reflect_type != "even":
+            raise ValueError(f"numpy.pad: reflect_type={reflect_type!r} is not supported on symgrad tensors "
+                             f"(only 'even')")
+        for d, (b, a) in enumerate(widths):
+            if b == 0 and a == 0:
+                continue
+            if t.shape[d] == 0:
+                raise ValueError(f"numpy.pad: can't extend empty axis {d} using mode {mode!r}")
+            # which input position each output position copies: numpy's own pad of the positions
+            source = np.pad(np.arange(t.shape[d]), (int(b), int(a)), mode=mode)
+            t = _call("index.Tensor", t, (builtins.slice(None),) * d + (source,) if d else source)
+        return t
+    raise ValueError(f"numpy.pad: mode={mode!r} is not supported on symgrad tensors (supported: 'constant', "
+                     f"{', '.join(repr(m) for m in _PAD_INDEX_MODES)})")
+
+
+def _triangle(t: Tensor, k: int, lower: bool, op: str) -> Tensor:
+    if t.ndim < 1:
+        raise ValueError(f"{op}: input must be at least 1-d")
+    rows, cols = (t.shape[-2], t.shape[-1]) if t.ndim >= 2 else (t.shape[-1], t.shape[-1])
+    mask = np.tri(rows, cols, k, dtype=bool) if lower else ~np.tri(rows, cols, k - 1, dtype=bool)
+    return where(mask, t, 0)
+
+
+def tril(input, diagonal: int = 0) -> Tensor:
+    """Zero the elements above the ``diagonal``-th diagonal of the last two dims."""
+    t = as_tensor(input)
+    if t.ndim < 2:
+        raise RuntimeError("tril: input tensor must have at least 2 dimensions")
+    return _triangle(t, int(diagonal), True, "tril")
+
+
+def triu(input, diagonal: int = 0) -> Tensor:
+    """Zero the elements below the ``diagonal``-th diagonal of the last two dims."""
+    t = as_tensor(input)
+    if t.ndim < 2:
+        raise RuntimeError("triu: input tensor must have at least 2 dimensions")
+    return _triangle(t, int(diagonal), False, "triu")
+
+
+def _diagonal_positions(rows: int, cols: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    r = np.arange(builtins.max(0, -offset), rows)
+    c = r + offset
+    keep = (c >= 0) & (c < cols)
+    return r[keep], c[keep]
+
+
+def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The ``offset``-th diagonal of the ``dim1`` x ``dim2`` planes, as the last dimension."""
+    t = as_tensor(input)
+    if t.ndim < 2:
+        raise RuntimeError(f"diagonal: input must be at least 2-d, got {t.ndim}-d")
+    d1, d2 = _check_dim(int(dim1), t.ndim, "diagonal"), _check_dim(int(dim2), t.ndim, "diagonal")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    rest = [d for d in range(t.ndim) if d not in (d1, d2)]
+    if rest + [d1, d2] != list(range(t.ndim)):
+        t = permute(t, tuple(rest + [d1, d2]))
+    r, c = _diagonal_positions(t.shape[-2], t.shape[-1], int(offset))
+    return _call("index.Tensor", t, (Ellipsis, r, c))
+
+
+def diag(input, diagonal: int = 0) -> Tensor:
+    """A 1-D input as the ``diagonal``-th diagonal of a square matrix; a 2-D input's diagonal."""
+    t = as_tensor(input)
+    k = int(diagonal)
+    if t.ndim == 1:
+        n = t.shape[0] + builtins.abs(k)
+        r, c = _diagonal_positions(n, n, k)
+        return _call("index_put_add", t, (n, n), (r, c))
+    if t.ndim == 2:
+        r, c = _diagonal_positions(t.shape[0], t.shape[1], k)
+        return _call("index.Tensor", t, (r, c))
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {t.ndim}D")
+
+
+def trace(input) -> Tensor:
+    """Sum of the main diagonal of a matrix."""
+    t = as_tensor(input)
+    if t.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {t.ndim}")
+    return sum(diagonal(t))
+
+
+def atleast_1d(*tensors):
+    ts = [as_tensor(x) for x in (tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                                 else tensors)]
+    out = [reshape(x, (1,)) if x.ndim == 0 else x for x in ts]
+    return out[0] if len(tensors) == 1 and not isinstance(tensors[0], (list, tuple)) else tuple(out)
+
+
+def atleast_2d(*tensors):
+    ts = [as_tensor(x) for x in (tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                                 else tensors)]
+    out = [reshape(x, (1,) * (2 - x.ndim) + tuple(x.shape)) if x.ndim < 2 else x for x in ts]
+    return out[0] if len(tensors) == 1 and not isinstance(tensors[0], (list, tuple)) else tuple(out)
+
+
+def atleast_3d(*tensors):
+    def lift(x):
+        if x.ndim == 0:
+            return reshape(x, (1, 1, 1))
+        if x.ndim == 1:
+            return reshape(x, (1, x.shape[0], 1))
+        if x.ndim == 2:
+            return reshape(x, tuple(x.shape) + (1,))
+        return x
+    ts = [as_tensor(x) for x in (tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                                 else tensors)]
+    out = [lift(x) for x in ts]
+    return out[0] if len(tensors) == 1 and not isinstance(tensors[0], (list, tuple)) else tuple(out)
+
+
+def vstack(tensors) -> Tensor:
+    """Concatenate along the first dimension, 1-D inputs as rows."""
+    return cat([atleast_2d(x) for x in tensors], 0)
+
+
+row_stack = vstack
+
+
+def hstack(tensors) -> Tensor:
+    """Concatenate along the second dimension (the first for 1-D inputs)."""
+    ts = [atleast_1d(x) for x in tensors]
+    return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
+
+
+def dstack(tensors) -> Tensor:
+    """Concatenate along the third dimension, lower-dimensional inputs lifted as numpy does."""
+    return cat([atleast_3d(x) for x in tensors], 2)
+
+
+def column_stack(tensors) -> Tensor:
+    """1-D inputs as columns, 2-D inputs as they are, concatenated along the second dimension."""
+    ts = [as_tensor(x) for x in tensors]
+    return cat([reshape(x, (x.numel(), 1)) if x.ndim < 2 else x for x in ts], 1)
+
+
+def _split_at(t: Tensor, bounds, dim: int) -> tuple:
+    """Pieces ``t[b[i]:b[i+1]]`` along ``dim`` for the boundaries ``bounds`` (clipped as slices are)."""
+    n = t.shape[dim]
+    pieces = []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        s, e, _ = builtins.slice(start, stop).indices(n)
+        pieces.append(slice_op(t, dim, s, builtins.max(s, e), 1))
+    return tuple(pieces)
+
+
+def tensor_split(input, indices_or_sections, dim: int = 0) -> tuple:
+    """Split into ``sections`` nearly equal parts (the first ``n % sections`` one longer), or at indices."""
+    t = as_tensor(input)
+    dim = _check_dim(int(dim), t.ndim, "tensor_split")
+    n = t.shape[dim]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = _static_values(indices_or_sections, "tensor_split's indices_or_sections").tolist()
+    if isinstance(indices_or_sections, (int, np.integer)):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise RuntimeError(f"tensor_split: number of sections must be larger than 0, got {k}")
+        size, extra = divmod(n, k)
+        bounds = [0]
+        for i in range(k):
+            bounds.append(bounds[-1] + size + (1 if i < extra else 0))
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    return _split_at(t, bounds, dim)
+
+
+def split(tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """PyTorch's split: chunks of ``split_size`` (the last may be smaller), or of the listed sizes."""
+    t = as_tensor(tensor)
+    dim = _check_dim(int(dim), t.ndim, "split")
+    n = t.shape[dim]
+    if isinstance(split_size_or_sections, (int, np.integer)):
+        size = int(split_size_or_sections)
+        if size <= 0:
+            raise RuntimeError(f"split: split_size must be positive, got {size}")
+        bounds = list(range(0, n, size)) + [n] if n else [0, 0]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
+                               f"at dimension {dim}), but got split_sizes={sizes}")
+        bounds = [0] + list(np.cumsum(sizes))
+    return _split_at(t, bounds, dim)
+
+
+def take(input, index) -> Tensor:
+    """Elements of the flattened input at ``index`` (the result has ``index``'s shape)."""
+    t = reshape(as_tensor(input), (-1,))
+    idx = index if isinstance(index, Tensor) else np.asarray(index)
+    return _call("index.Tensor", t, idx)
+
+
+def _along_axis_index(shape: tuple, indices, dim: int) -> tuple:
+    """The fancy index that picks ``indices`` along ``dim`` and matches positions on every other dim."""
+    nd = len(shape)
+    parts = []
+    for d in range(nd):
+        if d == dim:
+            parts.append(indices)
+        else:
+            parts.append(np.arange(shape[d]).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1)))
+    return tuple(parts)
+
+
+def take_along_dim(input, indices, dim=None) -> Tensor:
+    """Values of ``input`` at ``indices`` along ``dim`` (over the flattened input when ``dim`` is None)."""
+    t = as_tensor(input)
+    idx_data = indices._data if isinstance(indices, Tensor) else np.asarray(indices)
+    if idx_data.dtype.kind not in "iu":
+        raise TypeError(f"take_along_dim: indices must be integers, got {idx_data.dtype}")
+    if dim is None:
+        return take(t, indices if isinstance(indices, Tensor) else idx_data.reshape(-1))
+    dim = _check_dim(int(dim), t.ndim, "take_along_dim")
+    if idx_data.ndim != t.ndim:
+        raise RuntimeError(f"take_along_dim: input and indices should have the same number of dimensions, "
+                           f"but got {t.ndim} and {idx_data.ndim}")
+    shape = np.broadcast_shapes(tuple(t.shape[:dim]) + (1,) + tuple(t.shape[dim + 1:]),
+                                idx_data.shape[:dim] + (1,) + idx_data.shape[dim + 1:])
+    # broadcast both to a common shape outside dim (numpy's take_along_axis broadcasts the same way)
+    t = expand(t, shape[:dim] + (t.shape[dim],) + shape[dim + 1:]) if tuple(t.shape[:dim] + t.shape[dim + 1:]) \
+        != shape[:dim] + shape[dim + 1:] else t
+    return _call("index.Tensor", t, _along_axis_index(tuple(t.shape), indices if isinstance(indices, Tensor)
+                                                       else idx_data, dim))
+
+
+def movedim(input, source, destination) -> Tensor:
+    """Move dimensions ``source`` to positions ``destination``; the others keep their order."""
+    t = as_tensor(input)
+    src = (source,) if isinstance(source, (int, np.integer)) else tuple(source)
+    dst = (destination,) if isinstance(destination, (int, np.integer)) else tuple(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({list(src)} dims) should "
+                           f"contain the same number of dims as destination ({list(dst)} dims)")
+    src = tuple(_check_dim(int(d), t.ndim, "movedim") for d in src)
+    dst = tuple(_check_dim(int(d), t.ndim, "movedim") for d in dst)
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise RuntimeError("movedim: repeated dim in source or destination")
+    order = [d for d in range(t.ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return t if order == list(range(t.ndim)) else permute(t, tuple(order))
+
+
+moveaxis = movedim
+
+
+def rot90(input, k: int = 1, dims=(0, 1)) -> Tensor:
+    """Rotate by 90 degrees ``k`` times in the plane ``dims``, from the first axis towards the second."""
+    t = as_tensor(input)
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"rot90: expected total rotation dims == 2, but got dims = {len(dims)}")
+    if t.ndim < 2:
+        raise RuntimeError(f"rot90: expected total dims >= 2, but got total dims = {t.ndim}")
+    d0, d1 = _check_dim(int(dims[0]), t.ndim, "rot90"), _check_dim(int(dims[1]), t.ndim, "rot90")
+    if d0 == d1:
+        raise RuntimeError(f"rot90: expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
+    k = int(k) % 4
+    if k == 0:
+        return t
+    if k == 2:
+        return flip(t, (d0, d1))
+    # a quarter turn is a transpose of the plane and a flip: which axis flips gives the direction
+    return transpose(flip(t, (d1,)), d0, d1) if k == 1 else flip(transpose(t, d0, d1), (d1,))
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple:
+    """Coordinate grids from 1-D tensors (``indexing="xy"`` swaps the first two output dims, as numpy's
+    default does); each grid is its input broadcast, so its gradient sums over the other dims."""
+    ts = [as_tensor(x) for x in (tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+                                 else tensors)]
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(x.ndim > 1 for x in ts):
+        raise RuntimeError("meshgrid: expects all tensors to be 0-d or 1-d")
+    ts = [reshape(x, (-1,)) for x in ts]
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(ts)
+    for x, ax in zip(ts, axes):
+        shape[ax] = x.shape[0]
+    grids = []
+    for x, ax in zip(ts, axes):
+        lifted = reshape(x, tuple(-1 if d == ax else 1 for d in range(len(ts))))
+        grids.append(expand(lifted, tuple(shape)))
+    return tuple(grids)
+
+
+def _last_write_mask(input_sizes, indices, shape) -> np.ndarray:
+    """Which entries of a write of ``shape`` through ``indices`` survive: numpy's own assignment of
+    the entries' positions decides, so the mask agrees with ``out[indices] = values`` exactly."""
+    positions = np.arange(int(np.prod(shape)), dtype=np.intp).reshape(shape)
+    scratch = np.full(tuple(input_sizes), -1, dtype=np.intp)
+    idx = _index_arg(indices)
+    scratch[idx] = positions
+    return scratch[idx] == positions
+
+
+@forward("keep_last_writes")
+def _keep_last_writes_fwd(values, input_sizes, indices):
+    return np.where(_last_write_mask(input_sizes, indices, values.shape), values, np.zeros((), values.dtype))
+
+
+def keep_last_writes(values, input_sizes, indices) -> Tensor:
+    return _call("keep_last_writes", as_tensor(values), tuple(input_sizes), indices)
+
 
 
 # === numpy surface: reductions, scans and sorting ===

@@ -63,6 +63,15 @@ METHODS = {
     "broadcast_to": F.broadcast_to, "swapaxes": F.transpose, "index_select": None,
 }
 del METHODS["index_select"]
+# numpy surface: shape, assembly and indexing (PyTorch's method forms)
+METHODS.update({
+    "flip": lambda self, *dims: F.flip(self, dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims),
+    "fliplr": F.fliplr, "flipud": F.flipud, "roll": F.roll,
+    "tile": lambda self, *dims: F.tile(self, dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims),
+    "repeat_interleave": F.repeat_interleave, "tril": F.tril, "triu": F.triu, "diag": F.diag,
+    "diagonal": F.diagonal, "trace": F.trace, "split": F.split, "tensor_split": F.tensor_split, "take": F.take,
+    "take_along_dim": F.take_along_dim, "movedim": F.movedim, "moveaxis": F.movedim,
+})
 
 PROPERTIES = {
     "T": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),

@@ -106,7 +106,7 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         # np.add.at(array, index_tensor, values): integer/bool index tensors carry no graph, so unwrap them
         return getattr(ufunc, method)(inputs[0], _unwrap_index(inputs[1]), *inputs[2:], **kwargs)
     if method != "__call__":
-        # numpy surface, reductions family: reduce / accumulate / outer of the arithmetic ufuncs
+        # np.add.at, np.maximum.reduce, np.add.outer, ...: registered by the numpy_surface families
         handler = _UFUNC_METHODS.get((ufunc, method))
         if handler is None:
             raise _unsupported(f"{name}.{method}", f" (ufunc methods that are: {_ufunc_method_names()})")
@@ -429,7 +429,7 @@ def numpy_ufuncs(*ufuncs):
     return register
 
 
-# (ufunc, method name) -> handler for ufunc methods other than __call__ (numpy surface: reductions)
+# (ufunc, method name) -> handler of ``ufunc.method(*inputs, **kwargs)`` on tensors, e.g. (np.add, "at").
 _UFUNC_METHODS: dict = {}
 
 
@@ -440,6 +440,11 @@ def numpy_ufunc_methods(*pairs):
             _UFUNC_METHODS[pair] = handler
         return handler
     return register
+
+
+def numpy_ufunc_method(ufunc, method: str):
+    """Decorator: ``handler`` runs ``ufunc.method(...)`` (``np.add.at``, ``np.maximum.reduce``) on tensors."""
+    return numpy_ufunc_methods((ufunc, method))
 
 
 def _ufunc_method_names() -> str:
