@@ -11,6 +11,7 @@ tensor([8.])
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from typing import Any
@@ -304,6 +305,7 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
+        _refuse_scipy_function(self)
         _concrete(self, "numpy.asarray(tensor)")
         if self.requires_grad and _GRAD_MODE.enabled:
             # a numpy array made of this tensor would silently drop its graph
@@ -380,6 +382,33 @@ class Tensor:
 
 
 _node_module.bind_tensor_class(Tensor)
+
+
+# numpy surface, elementwise family: scipy.special's Python functions (not ufuncs) convert their
+# argument with numpy.asarray, which cannot keep a graph; name the function and what to use instead.
+_SCIPY_EQUIVALENTS = {"logsumexp": "symgrad.logsumexp(x, dim)", "softmax": "symgrad.softmax(x, dim)",
+                      "log_softmax": "symgrad.log_softmax(x, dim)"}
+
+
+def _refuse_scipy_function(t: Tensor) -> None:
+    if not (t.requires_grad or _registry._recorder is not None):
+        return
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy.special"):
+            name = frame.f_code.co_name
+            while frame.f_back is not None and frame.f_back.f_globals.get("__name__", "").startswith("scipy."):
+                frame = frame.f_back           # the outermost scipy frame: the function the user called
+                name = frame.f_code.co_name
+            use = _SCIPY_EQUIVALENTS.get(name)
+            raise TypeError(f"symgrad: scipy.special.{name} is not supported on symgrad tensors (it converts "
+                            f"its argument with numpy.asarray, which would drop the gradient); "
+                            + (f"use {use} instead" if use else "use the matching symgrad op instead")
+                            + ", or t.detach().numpy() if no gradient is needed")
+        frame = frame.f_back
 
 
 def _concrete(t: Tensor, what: str) -> None:
