@@ -97,6 +97,12 @@ ROWS = [
     Usage("np.round(x, 2)", lambda x: np.round(x, 2), away_from_integers(0.01, 3, 4)),
     Usage("np.round(x, decimals=-1)", lambda x: np.round(x, decimals=-1), away_from_integers(10.0, 5)),
     Usage("np.around(x, 1)", lambda x: np.around(x, 1), away_from_integers(0.1, 5)),
+    Usage("np.floor(k) integers", lambda k: np.floor(k), lambda r: (r.integers(-9, 9, (3, 4)),), grad=False),
+    Usage("np.ceil(k) integers", lambda k: np.ceil(k), lambda r: (r.integers(-9, 9, 5),), grad=False),
+    Usage("np.round(k, -1) integers", lambda k: np.round(k, -1), lambda r: (np.array([15, 25, -35, 44, 7]),),
+          grad=False),
+    Usage("np.round(x) halves to even", lambda x: np.round(x), lambda r: (np.array([0.5, 1.5, 2.5, -0.5, -1.5]),),
+          grad=False),
     Usage("x - np.floor(x)", lambda x: x - np.floor(x), away_from_integers(1.0, 3, 4)),
     Usage("x * np.round(x)", lambda x: x * np.round(x), away_from_integers(1.0, 3, 4)),
     # scipy.special ufuncs

@@ -56,3 +56,23 @@ def _register_scipy() -> None:
 
 
 _register_scipy()
+
+
+def _attach_methods() -> None:
+    """PyTorch's Tensor methods for these ops (``x.asin()``, ``x.floor()``, ``x.round(decimals=1)``)."""
+    from ...tensor import Tensor
+
+    methods = {
+        "asin": F.asin, "arcsin": F.asin, "acos": F.acos, "arccos": F.acos, "asinh": F.asinh,
+        "arcsinh": F.asinh, "acosh": F.acosh, "arccosh": F.acosh, "atanh": F.atanh, "arctanh": F.atanh,
+        "atan2": F.atan2, "arctan2": F.atan2, "hypot": F.hypot, "logaddexp": F.logaddexp,
+        "logaddexp2": F.logaddexp2, "log10": F.log10, "sinc": F.sinc, "deg2rad": F.deg2rad, "rad2deg": F.rad2deg,
+        "floor": F.floor, "ceil": F.ceil, "round": F.round, "erfc": F.erfc, "logit": F.logit, "lgamma": F.lgamma,
+        "digamma": F.digamma, "xlogy": F.xlogy, "polygamma": lambda self, n: F.polygamma(n, self),
+    }
+    for name, fn in methods.items():
+        if not hasattr(Tensor, name):       # the core's own methods win
+            setattr(Tensor, name, fn)
+
+
+_attach_methods()
