@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
-from ..numpy_dispatch import _NOT_GIVEN, _reject, _unsupported, numpy_functions, numpy_ufuncs
+from ..numpy_dispatch import _reject, numpy_functions, numpy_ufuncs
 
 _SIMPLE = {
     np.arcsin: F.asin, np.arccos: F.acos, np.arcsinh: F.asinh, np.arccosh: F.acosh, np.arctanh: F.atanh,
