@@ -305,9 +305,13 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
-        _refuse_scipy_function(self)
-        _concrete(self, "numpy.asarray(tensor)")
+        try:
+            _concrete(self, "numpy.asarray(tensor)")
+        except Exception:
+            _refuse_scipy_function()   # a scipy.special function converting its argument: name it
+            raise
         if self.requires_grad and _GRAD_MODE.enabled:
+            _refuse_scipy_function()
             # a numpy array made of this tensor would silently drop its graph
             raise RuntimeError("Can't call numpy() on Tensor that requires grad: numpy.array/asarray of it "
                                "would drop its gradient. To combine tensors use symgrad.stack or np.stack "
@@ -390,9 +394,8 @@ _SCIPY_EQUIVALENTS = {"logsumexp": "symgrad.logsumexp(x, dim)", "softmax": "symg
                       "log_softmax": "symgrad.log_softmax(x, dim)"}
 
 
-def _refuse_scipy_function(t: Tensor) -> None:
-    if not (t.requires_grad or _registry._recorder is not None):
-        return
+def _refuse_scipy_function() -> None:
+    """Raise a TypeError naming the scipy.special function on the call stack, if one is there."""
     frame = sys._getframe(2)
     for _ in range(12):
         if frame is None:

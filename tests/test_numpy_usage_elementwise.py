@@ -292,6 +292,19 @@ def test_ufunc_out_argument_is_refused():
         np.arcsin(t, out=np.empty(2))
 
 
+def test_frac_and_round_decimals_match_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([-2.3, -0.7, 0.45, 1.26, 3.85])
+    t = torch.tensor(x, requires_grad=True)
+    s = symgrad.tensor(x, requires_grad=True)
+    for f in (lambda L, v: L.frac(v), lambda L, v: L.round(v, decimals=1), lambda L, v: L.round(10 * v, decimals=-1)):
+        want, got = f(torch, t), f(symgrad, s)
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        (tg,) = torch.autograd.grad(want.sum(), t)
+        (sg,) = symgrad.autograd.grad(got.sum(), s)
+        np.testing.assert_array_equal(sg.numpy(), tg.numpy())
+
+
 def test_torch_names_and_numpy_aliases():
     x = symgrad.tensor(np.array([0.25, -0.5]))
     for torch_name, numpy_name in [("asin", "arcsin"), ("acos", "arccos"), ("asinh", "arcsinh"),

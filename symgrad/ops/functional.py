@@ -1445,6 +1445,12 @@ def round(input, decimals: int = 0) -> Tensor:
 around = round
 
 
+def frac(input) -> Tensor:
+    """The fractional part ``input - trunc(input)``, with the input's sign (gradient 1, as PyTorch's)."""
+    t = as_tensor(input)
+    return sub(t, trunc(t))
+
+
 def polygamma(n: int, input) -> Tensor:
     """The ``n``-th derivative of digamma (PolygammaBackward0); ``n = 0`` is digamma."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:

@@ -48,7 +48,7 @@ def _register_scipy() -> None:
     except ImportError:  # scipy is optional
         return
     ufuncs = {"expit": F.sigmoid, "logit": F.logit, "erf": F.erf, "erfc": F.erfc, "gammaln": F.lgamma,
-              "digamma": F.digamma, "xlogy": F.xlogy, "xlog1py": F.xlog1py}
+              "digamma": F.digamma, "xlogy": F.xlogy, "frac": F.frac, "xlog1py": F.xlog1py}
     for name, fn in ufuncs.items():
         ufunc = getattr(sc, name, None)
         if isinstance(ufunc, np.ufunc):
@@ -68,7 +68,7 @@ def _attach_methods() -> None:
         "atan2": F.atan2, "arctan2": F.atan2, "hypot": F.hypot, "logaddexp": F.logaddexp,
         "logaddexp2": F.logaddexp2, "log10": F.log10, "sinc": F.sinc, "deg2rad": F.deg2rad, "rad2deg": F.rad2deg,
         "floor": F.floor, "ceil": F.ceil, "round": F.round, "erfc": F.erfc, "logit": F.logit, "lgamma": F.lgamma,
-        "digamma": F.digamma, "xlogy": F.xlogy, "polygamma": lambda self, n: F.polygamma(n, self),
+        "digamma": F.digamma, "xlogy": F.xlogy, "frac": F.frac, "polygamma": lambda self, n: F.polygamma(n, self),
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):       # the core's own methods win
