@@ -77,6 +77,7 @@ ROWS = [
     Usage("np.sinc(x)", lambda x: np.sinc(x), signed(0.1, 2.9, 3, 4)),
     Usage("np.sinc(x) 1-D", lambda x: np.sinc(x), signed(0.1, 2.9, 6)),
     Usage("np.fabs(x)", lambda x: np.fabs(x), signed(0.3, 2, 5)),
+    Usage("np.fabs(k) integers", lambda k: np.fabs(k), lambda r: (r.integers(-9, 9, 5),), grad=False),
     # remainders and steps
     Usage("np.mod(x, 1.5)", lambda x: np.mod(x, 1.5), lambda r: (np.array([-2.9, -1.2, 0.4, 1.1, 2.2, 4.0]),)),
     Usage("np.remainder(x, y)", lambda x, y: np.remainder(x, y),

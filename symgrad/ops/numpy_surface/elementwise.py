@@ -17,10 +17,17 @@ _SIMPLE = {
     np.arctan2: F.atan2, np.hypot: F.hypot, np.logaddexp: F.logaddexp, np.logaddexp2: F.logaddexp2,
     np.log10: F.log10, np.cbrt: F.cbrt, np.deg2rad: F.deg2rad, np.radians: F.deg2rad, np.rad2deg: F.rad2deg,
     np.degrees: F.rad2deg, np.floor: F.floor, np.ceil: F.ceil, np.rint: F.rint, np.trunc: F.trunc,
-    np.remainder: F.remainder, np.fmod: F.fmod, np.heaviside: F.heaviside, np.fabs: F.abs,
+    np.remainder: F.remainder, np.fmod: F.fmod, np.heaviside: F.heaviside,
 }
 for _ufunc, _fn in _SIMPLE.items():
     numpy_ufuncs(_ufunc)(_fn)
+
+
+@numpy_ufuncs(np.fabs)
+def _fabs(x):
+    t = F.as_tensor(x)
+    # numpy's fabs is a float function: integers come back as float64
+    return F.abs(t if t.is_floating_point() else F.to(t, "float64"))
 
 
 @numpy_functions(np.sinc)
