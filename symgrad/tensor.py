@@ -402,10 +402,14 @@ def _refuse_scipy_function() -> None:
             return
         module = frame.f_globals.get("__name__", "")
         if module.startswith("scipy.special"):
+            # the outermost scipy frame whose function scipy.special exports: the one the user called
+            # (inner frames are helpers, outer ones may be wrappers with other names)
+            special = sys.modules.get("scipy.special")
             name = frame.f_code.co_name
-            while frame.f_back is not None and frame.f_back.f_globals.get("__name__", "").startswith("scipy."):
-                frame = frame.f_back           # the outermost scipy frame: the function the user called
-                name = frame.f_code.co_name
+            while frame is not None and frame.f_globals.get("__name__", "").startswith("scipy."):
+                if hasattr(special, frame.f_code.co_name):
+                    name = frame.f_code.co_name
+                frame = frame.f_back
             use = _SCIPY_EQUIVALENTS.get(name)
             raise TypeError(f"symgrad: scipy.special.{name} is not supported on symgrad tensors (it converts "
                             f"its argument with numpy.asarray, which would drop the gradient); "

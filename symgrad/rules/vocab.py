@@ -107,10 +107,6 @@ def _scipy_special(name: str, scalar):
     return fn
 
 
-def _np_sinc(x):
-    return np.sinc(x)
-
-
 def _np_xlogy(x, y, log=np.log):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where((x == 0) & ~np.isnan(y), np.zeros_like(x * y), x * log(y))
@@ -221,7 +217,7 @@ NUMPY_FUNCTIONS = {
     # numpy surface, elementwise family
     "asin": np.arcsin, "acos": np.arccos, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "atan2": np.arctan2, "hypot": np.hypot, "log10": np.log10, "logaddexp": np.logaddexp,
-    "logaddexp2": np.logaddexp2, "cbrt": np.cbrt, "sinc": _np_sinc, "rint": np.rint, "floor": np.floor,
+    "logaddexp2": np.logaddexp2, "cbrt": np.cbrt, "sinc": np.sinc, "rint": np.rint, "floor": np.floor,
     "ceil": np.ceil, "erfc": _scipy_special("erfc", math.erfc), "lgamma": _scipy_special("gammaln", math.lgamma),
     "digamma": _scipy_special("digamma", special.digamma_scalar),
     "polygamma": _scipy_special("polygamma", special.polygamma_scalar),
