@@ -148,6 +148,11 @@ def xlog1py(x, y):
     return 0.0 if x == 0 and y == y else x * math.log1p(y) if y > -1 else x * (-math.inf if y == -1 else math.nan)
 
 
+@_jit
+def lgamma(x):
+    return x if x == -math.inf else math.lgamma(x)   # scipy.special.gammaln(-inf) is -inf; math's is inf
+
+
 digamma = _jit(special.digamma_scalar)
 polygamma = _jit(special.polygamma_scalar)
 
@@ -313,7 +318,7 @@ SCALAR_NAMESPACE = {
     "distinct_arrays": distinct_arrays, "VECTOR_FASTMATH": VECTOR_FASTMATH, "rmax": rmax, "rmin": rmin,
     # numpy surface, elementwise family
     "asin": math.asin, "acos": math.acos, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh,
-    "atan2": math.atan2, "hypot": math.hypot, "log10": math.log10, "erfc": math.erfc, "lgamma": math.lgamma,
+    "atan2": math.atan2, "hypot": math.hypot, "log10": math.log10, "erfc": math.erfc, "lgamma": lgamma,
     "floor": floor, "ceil": ceil, "rint": rint, "cbrt": cbrt, "sinc": sinc, "logaddexp": logaddexp,
     "logaddexp2": logaddexp2, "xlogy": xlogy, "xlog1py": xlog1py, "digamma": digamma, "polygamma": polygamma,
 }
@@ -328,9 +333,9 @@ IMPORT_LINES = (
     "from codegen.scalar_math import (where, heaviside, sign, sigmoid, exp2, eq, ne, logical_and, logical_or,\n"
     "                                 logical_not, maximum, minimum)\n"
     # numpy surface, elementwise family
-    "from math import asin, acos, asinh, acosh, atanh, atan2, hypot, log10, erfc, lgamma\n"
+    "from math import asin, acos, asinh, acosh, atanh, atan2, hypot, log10, erfc\n"
     "from codegen.scalar_math import (floor, ceil, rint, cbrt, sinc, logaddexp, logaddexp2, xlogy, xlog1py,\n"
-    "                                 digamma, polygamma)\n"
+    "                                 lgamma, digamma, polygamma)\n"
 )
 
 # What a module of ``math="vector"`` kernels imports besides :data:`IMPORT_LINES` (the vector

@@ -229,13 +229,43 @@ def test_scalar_digamma_and_polygamma_match_scipy():
         np.testing.assert_allclose(got, sc.polygamma(n, pos), rtol=1e-13, err_msg=f"polygamma({n})")
     assert np.isnan(scalar_math.digamma(-2.0)) and scalar_math.digamma(0.0) == -np.inf
     assert np.isnan(scalar_math.polygamma(1, -3.0))
+    # poles and beyond: every float below -2**52 is an integer, and -inf is no number to reflect
+    for v in (-np.inf, -1e300, -2.0 ** 53):
+        assert np.isnan(scalar_math.digamma(v)) and np.isnan(sc.digamma(v))
+        assert np.isnan(scalar_math.polygamma(1, v)) and np.isnan(scalar_math.polygamma(2, v))
+
+
+def test_special_functions_without_scipy_match_scipy(monkeypatch):
+    """The eager fallbacks (scipy missing) give scipy's values, poles and infinities included."""
+    import builtins
+
+    from symgrad.rules import vocab
+
+    real_import = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    x = np.array([-np.inf, -2.5, -1.0, -0.0, 0.0, 0.3, 1.0, 4.5, 30.0, np.inf, np.nan])
+    want = {name: getattr(sc, name)(x) for name in ("gammaln", "digamma", "erfc")}
+    want_poly = sc.polygamma(2, x[x > 0])
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    np.testing.assert_allclose(vocab.NUMPY_FUNCTIONS["lgamma"](x), want["gammaln"], rtol=1e-14)
+    np.testing.assert_allclose(vocab.NUMPY_FUNCTIONS["erfc"](x), want["erfc"], rtol=1e-14)
+    got = vocab.NUMPY_FUNCTIONS["digamma"](x)
+    assert np.max(np.abs(got - want["digamma"])[np.isfinite(got)]
+                  / np.maximum(np.abs(want["digamma"][np.isfinite(got)]), 1)) < 1e-13
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want["digamma"]))
+    np.testing.assert_allclose(vocab.NUMPY_FUNCTIONS["polygamma"](2, x[x > 0]), want_poly, rtol=1e-13)
 
 
 def test_polygamma_on_negative_arguments_matches_torch():
     torch = pytest.importorskip("torch")
     from codegen import scalar_math
 
-    xs = -np.linspace(0.013, 20.7, 300)
+    xs = np.concatenate([-np.linspace(0.013, 20.7, 300), -np.logspace(2, 6, 30) - 0.37])
     for n in (1, 2, 3):
         want = torch.polygamma(n, torch.tensor(xs)).numpy()
         got = np.array([scalar_math.polygamma(n, v) for v in xs])

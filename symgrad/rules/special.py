@@ -106,6 +106,19 @@ SYMPY_CLASSES = {"logaddexp": logaddexp, "logaddexp2": logaddexp2, "cbrt": cbrt,
 _B2K = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6, -3617.0 / 510, 43867.0 / 798)
 
 
+_ALL_INTEGERS = 4503599627370496.0      # 2**52: every float64 of at least this magnitude is an integer
+
+
+def lgamma_scalar(x):
+    """log|Gamma(x)| as scipy.special.gammaln: inf at the poles (where Python's math raises), -inf at -inf."""
+    if x == -math.inf:
+        return x
+    try:
+        return math.lgamma(x)
+    except ValueError:
+        return math.inf
+
+
 def digamma_scalar(x):
     """psi(x) = d/dx log Gamma(x): recurrence up to x >= 10, then the asymptotic series; reflection
     below 0.  Poles (0, -1, -2, ...) give nan, except -inf at +0 as scipy.special.digamma."""
@@ -115,7 +128,8 @@ def digamma_scalar(x):
         return -math.inf if math.copysign(1.0, x) > 0 else math.inf
     shift = 0.0
     if x < 0.0:
-        if x == math.floor(x):
+        # below -2**52 every float is an integer (and math.floor of them overflows Numba's int64)
+        if x <= -_ALL_INTEGERS or x == math.floor(x):
             return math.nan
         # psi(x) = psi(1 - x) - pi cot(pi x); cot has period 1, so reduce exactly to [-1/2, 1/2] first
         shift = -math.pi / math.tan(math.pi * (x - math.floor(x + 0.5)))
@@ -135,13 +149,31 @@ def digamma_scalar(x):
 
 def polygamma_scalar(n, x):
     """The n-th derivative of digamma for integer n >= 1: (-1)**(n+1) n! zeta(n+1, x), the Hurwitz zeta
-    summed directly up to x >= n + 15 and then by its Euler-Maclaurin series.  nan at the poles."""
+    summed directly up to x >= n + 15 and then by its Euler-Maclaurin series.  nan at the poles.
+
+    Below 0, n = 1 and 2 (digamma's first two derivatives) reflect: differentiating
+    psi(1 - x) - psi(x) = pi cot(pi x) n times gives psi_n(x) = (-1)**n psi_n(1 - x) - pi (d/dx)**n cot(pi x).
+    Larger n sum their way up from x, which is refused (nan) below -2**20 rather than looping for long."""
     if n < 1 or x != x:             # n = 0 is digamma: printers spell polygamma(0, x) digamma(x)
         return math.nan
-    if x <= 0.0 and x == math.floor(x):
+    if x <= 0.0 and (x <= -_ALL_INTEGERS or x == math.floor(x)):
         return math.nan
     if x == math.inf:
         return 0.0
+    reflected = 1.0
+    extra = 0.0
+    if x < 0.0 and n <= 2:
+        r = x - math.floor(x + 0.5)         # exact; sin**2 and cot have period 1
+        sin_r = math.sin(math.pi * r)
+        csc2 = 1.0 / (sin_r * sin_r)
+        if n == 1:
+            extra = math.pi * math.pi * csc2
+            reflected = -1.0
+        else:
+            extra = -2.0 * math.pi ** 3 * (math.cos(math.pi * r) / sin_r) * csc2
+        x = 1.0 - x
+    elif x < -1048576.0:
+        return math.nan
     s = n + 1
     acc = 0.0
     limit = n + 15.0
@@ -160,4 +192,4 @@ def polygamma_scalar(n, x):
         factorial *= (2 * k + 3) * (2 * k + 4)
         power *= inv2
     sign = 1.0 if n % 2 == 1 else -1.0
-    return sign * math.gamma(n + 1.0) * (acc + tail)
+    return reflected * sign * math.gamma(n + 1.0) * (acc + tail) + extra

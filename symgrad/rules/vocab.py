@@ -218,7 +218,7 @@ NUMPY_FUNCTIONS = {
     "asin": np.arcsin, "acos": np.arccos, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "atan2": np.arctan2, "hypot": np.hypot, "log10": np.log10, "logaddexp": np.logaddexp,
     "logaddexp2": np.logaddexp2, "cbrt": np.cbrt, "sinc": np.sinc, "rint": np.rint, "floor": np.floor,
-    "ceil": np.ceil, "erfc": _scipy_special("erfc", math.erfc), "lgamma": _scipy_special("gammaln", math.lgamma),
+    "ceil": np.ceil, "erfc": _scipy_special("erfc", math.erfc), "lgamma": _scipy_special("gammaln", special.lgamma_scalar),
     "digamma": _scipy_special("digamma", special.digamma_scalar),
     "polygamma": _scipy_special("polygamma", special.polygamma_scalar),
     "xlogy": _np_xlogy, "xlog1py": lambda x, y: _np_xlogy(x, y, np.log1p),
