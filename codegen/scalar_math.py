@@ -14,6 +14,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from symgrad.rules import special
+
 _jit = numba.njit(cache=True, inline="always")
 
 
@@ -78,6 +80,81 @@ def maximum(a, b):
 @_jit
 def minimum(a, b):
     return a if (a <= b or a != a) else b
+
+
+# --- numpy surface, elementwise family: numpy's rounding and special functions in scalar form ----------
+
+@_jit
+def floor(x):
+    return np.floor(x)          # math.floor would give an int (and fail on inf and nan)
+
+
+@_jit
+def ceil(x):
+    return np.ceil(x)
+
+
+@_jit
+def rint(x):
+    return np.rint(x)           # half to even, as numpy.rint and torch.round
+
+
+@_jit
+def cbrt(x):
+    return np.cbrt(x)
+
+
+@_jit
+def sinc(x):
+    y = math.pi * (1.0e-20 if x == 0 else x)   # numpy.sinc's own guard at 0
+    return math.sin(y) / y
+
+
+_LOG2E = 1.4426950408889634
+
+
+@_jit
+def logaddexp(a, b):
+    # numpy's npy_logaddexp: exact at a == b (also both infinite), no overflow elsewhere
+    if a == b:
+        return a + 0.6931471805599453
+    d = a - b
+    if d > 0:
+        return a + math.log1p(math.exp(-d))
+    if d <= 0:
+        return b + math.log1p(math.exp(d))
+    return d
+
+
+@_jit
+def logaddexp2(a, b):
+    if a == b:
+        return a + 1.0
+    d = a - b
+    if d > 0:
+        return a + _LOG2E * math.log1p(2.0 ** -d)
+    if d <= 0:
+        return b + _LOG2E * math.log1p(2.0 ** d)
+    return d
+
+
+@_jit
+def xlogy(x, y):
+    return 0.0 if x == 0 and y == y else x * math.log(y) if y > 0 else x * (-math.inf if y == 0 else math.nan)
+
+
+@_jit
+def xlog1py(x, y):
+    return 0.0 if x == 0 and y == y else x * math.log1p(y) if y > -1 else x * (-math.inf if y == -1 else math.nan)
+
+
+@_jit
+def lgamma(x):
+    return x if x == -math.inf else math.lgamma(x)   # scipy.special.gammaln(-inf) is -inf; math's is inf
+
+
+digamma = _jit(special.digamma_scalar)
+polygamma = _jit(special.polygamma_scalar)
 
 
 # --- helpers of vectorised kernels (``math="vector"``) ------------------------------------------
@@ -239,6 +316,11 @@ SCALAR_NAMESPACE = {
     "logical_or": logical_or, "logical_not": logical_not, "maximum": maximum, "minimum": minimum, "np": np,
     "math": math, "PARALLEL_PRANGE_ONLY": PARALLEL_PRANGE_ONLY, "radd": radd, "wide_vectors": wide_vectors,
     "distinct_arrays": distinct_arrays, "VECTOR_FASTMATH": VECTOR_FASTMATH, "rmax": rmax, "rmin": rmin,
+    # numpy surface, elementwise family
+    "asin": math.asin, "acos": math.acos, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh,
+    "atan2": math.atan2, "hypot": math.hypot, "log10": math.log10, "erfc": math.erfc, "lgamma": lgamma,
+    "floor": floor, "ceil": ceil, "rint": rint, "cbrt": cbrt, "sinc": sinc, "logaddexp": logaddexp,
+    "logaddexp2": logaddexp2, "xlogy": xlogy, "xlog1py": xlog1py, "digamma": digamma, "polygamma": polygamma,
 }
 
 # How a generated module imports each name above.
@@ -250,6 +332,10 @@ IMPORT_LINES = (
     "from math import exp, log, sin, cos, tan, tanh, sinh, cosh, atan, sqrt, erf, log1p, expm1, log2\n"
     "from codegen.scalar_math import (where, heaviside, sign, sigmoid, exp2, eq, ne, logical_and, logical_or,\n"
     "                                 logical_not, maximum, minimum)\n"
+    # numpy surface, elementwise family
+    "from math import asin, acos, asinh, acosh, atanh, atan2, hypot, log10, erfc\n"
+    "from codegen.scalar_math import (floor, ceil, rint, cbrt, sinc, logaddexp, logaddexp2, xlogy, xlog1py,\n"
+    "                                 lgamma, digamma, polygamma)\n"
 )
 
 # What a module of ``math="vector"`` kernels imports besides :data:`IMPORT_LINES` (the vector

@@ -11,6 +11,7 @@ tensor([8.])
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from typing import Any
@@ -304,8 +305,13 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
-        _concrete(self, "numpy.asarray(tensor)")
+        try:
+            _concrete(self, "numpy.asarray(tensor)")
+        except Exception:
+            _refuse_scipy_function()   # a scipy.special function converting its argument: name it
+            raise
         if self.requires_grad and _GRAD_MODE.enabled:
+            _refuse_scipy_function()
             # a numpy array made of this tensor would silently drop its graph
             raise RuntimeError("Can't call numpy() on Tensor that requires grad: numpy.array/asarray of it "
                                "would drop its gradient. To combine tensors use symgrad.stack or np.stack "
@@ -380,6 +386,36 @@ class Tensor:
 
 
 _node_module.bind_tensor_class(Tensor)
+
+
+# numpy surface, elementwise family: scipy.special's Python functions (not ufuncs) convert their
+# argument with numpy.asarray, which cannot keep a graph; name the function and what to use instead.
+_SCIPY_EQUIVALENTS = {"logsumexp": "symgrad.logsumexp(x, dim)", "softmax": "symgrad.softmax(x, dim)",
+                      "log_softmax": "symgrad.log_softmax(x, dim)"}
+
+
+def _refuse_scipy_function() -> None:
+    """Raise a TypeError naming the scipy.special function on the call stack, if one is there."""
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy.special"):
+            # the outermost scipy frame whose function scipy.special exports: the one the user called
+            # (inner frames are helpers, outer ones may be wrappers with other names)
+            special = sys.modules.get("scipy.special")
+            name = frame.f_code.co_name
+            while frame is not None and frame.f_globals.get("__name__", "").startswith("scipy."):
+                if hasattr(special, frame.f_code.co_name):
+                    name = frame.f_code.co_name
+                frame = frame.f_back
+            use = _SCIPY_EQUIVALENTS.get(name)
+            raise TypeError(f"symgrad: scipy.special.{name} is not supported on symgrad tensors (it converts "
+                            f"its argument with numpy.asarray, which would drop the gradient); "
+                            + (f"use {use} instead" if use else "use the matching symgrad op instead")
+                            + ", or t.detach().numpy() if no gradient is needed")
+        frame = frame.f_back
 
 
 def _concrete(t: Tensor, what: str) -> None:

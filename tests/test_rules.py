@@ -239,6 +239,32 @@ SAMPLES = {
     **{k: (lambda r: [(r.integers(-20, 20, (3, 4)), r.integers(0, 4, (3, 4))), (r.integers(-20, 20, (4,)), 2)])
        for k in ("bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor")},
     "bitwise_not": lambda r: [(r.integers(-20, 20, (4,)),)],
+    # numpy surface, elementwise family: inverse trigonometric, special functions, rounding
+    "asin": lambda r: (U(r, 2, 3, lo=-0.9, hi=0.9),),
+    "acos": lambda r: (U(r, 2, 3, lo=-0.9, hi=0.9),),
+    "asinh": lambda r: (U(r, 2, 3),),
+    "acosh": lambda r: (P(r, 2, 3, lo=1.2, hi=3.0),),
+    "atanh": lambda r: (U(r, 2, 3, lo=-0.9, hi=0.9),),
+    "atan2": lambda r: [(U(r, 3, 1), A(r, 1, 4)), (A(r, 2, 3), U(r, 3))],
+    "hypot": lambda r: [(A(r, 3, 1), A(r, 1, 4)), (A(r, 2, 3), U(r, 3))],
+    "log10": lambda r: (P(r, 2, 3),),
+    "logaddexp": _binary,
+    "logaddexp2": _binary,
+    "cbrt": lambda r: (A(r, 2, 3),),
+    "sinc": lambda r: (A(r, 2, 3),),
+    "deg2rad": lambda r: (U(r, 2, 3),),
+    "rad2deg": lambda r: (U(r, 2, 3),),
+    "floor": lambda r: (3 * U(r, 2, 3),),
+    "ceil": lambda r: (3 * U(r, 2, 3),),
+    "round": lambda r: (3 * U(r, 2, 3),),
+    "round.decimals": lambda r: [(3 * U(r, 2, 3), 1), (30 * U(r, 4), -1)],
+    "erfc": lambda r: (U(r, 2, 3),),
+    "logit": lambda r: (U(r, 2, 3, lo=0.1, hi=0.9),),
+    "lgamma": lambda r: [(P(r, 2, 3, lo=0.3, hi=4.0),), (P(r, 4, lo=0.2, hi=0.8) - 2.0,)],
+    "digamma": lambda r: [(P(r, 2, 3, lo=0.3, hi=4.0),), (P(r, 4, lo=0.2, hi=0.8) - 2.0,)],
+    "polygamma": lambda r: [(1, P(r, 2, 3, lo=0.3, hi=4.0)), (2, P(r, 4)), (3, P(r, 4, lo=0.2, hi=0.8) - 2.0)],
+    "xlogy.Tensor": lambda r: [(U(r, 3, 1), P(r, 1, 4)), (U(r, 2, 3), P(r, 3))],
+    "special_xlog1py": lambda r: [(U(r, 3, 1), P(r, 1, 4, lo=-0.5)), (U(r, 2, 3), P(r, 3, lo=-0.5))],
     # index_put: integer-array indices, replacing or accumulating (repeated indices add up)
     "index_put": lambda r: [(U(r, 3, 4), np.array([0, 2]), U(r, 2, 4), False),
                             (U(r, 3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])), U(r, 3), True)],
@@ -781,6 +807,14 @@ TORCH_EQUIVALENT = {
     "isnan": lambda L, x: L.isnan(x),
     # numpy surface: shape, assembly and indexing
     "flip": lambda L, x, dims: L.flip(x, dims),
+    # numpy surface, elementwise family (torch has no cbrt; its trigamma is good to only ~1e-9, so
+    # digamma's gradient and polygamma are compared with scipy in tests/test_numpy_usage_elementwise.py)
+    **{k: _unary(k) for k in ("asin", "acos", "asinh", "acosh", "atanh", "log10", "sinc", "deg2rad", "rad2deg",
+                              "floor", "ceil", "round", "erfc", "logit", "lgamma")},
+    "round.decimals": lambda L, x, d: L.round(x, decimals=d),
+    **{k: (lambda name: lambda L, a, b: getattr(L, name)(a, b))(k.split(".")[0]) for k in (
+        "atan2", "hypot", "logaddexp", "logaddexp2", "xlogy.Tensor")},
+    "special_xlog1py": TorchCall(lambda L, a, b: L.special.xlog1py(a, b), lambda L, a, b: L.xlog1py(a, b)),
 }
 
 

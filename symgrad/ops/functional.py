@@ -1446,6 +1446,81 @@ def _index_arg(idx):
 
 
 # === numpy surface: elementwise (ufuncs, scipy.special, rounding) ===
+# PyTorch's names first, then numpy's and scipy's spellings of the same functions.
+
+asin = arcsin = _unary("asin")
+acos = arccos = _unary("acos")
+asinh = arcsinh = _unary("asinh")
+acosh = arccosh = _unary("acosh")
+atanh = arctanh = _unary("atanh")
+log10 = _unary("log10")
+cbrt = _unary("cbrt")
+sinc = _unary("sinc")
+deg2rad = radians = _unary("deg2rad")
+rad2deg = degrees = _unary("rad2deg")
+floor = _unary("floor")
+ceil = _unary("ceil")
+rint = _unary("round")
+erfc = _unary("erfc")
+logit = _unary("logit")
+lgamma = gammaln = _unary("lgamma")
+digamma = psi = _unary("digamma")
+expit = sigmoid
+
+
+def _binary_elementwise(key: str, name: str):
+    def fn(input, other) -> Tensor:
+        a, b = _operand(input), _operand(other)
+        if not isinstance(a, Tensor):   # a number first: a 0-d tensor of the other's float dtype
+            a = as_tensor(a, b.dtype if isinstance(b, Tensor) and b.dtype.is_floating_point else None)
+        return _call(key, a, b)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` with broadcasting (rule: derivatives.yaml entry ``{key}``)."
+    return fn
+
+
+atan2 = arctan2 = _binary_elementwise("atan2", "atan2")
+hypot = _binary_elementwise("hypot", "hypot")
+logaddexp = _binary_elementwise("logaddexp", "logaddexp")
+logaddexp2 = _binary_elementwise("logaddexp2", "logaddexp2")
+xlogy = _binary_elementwise("xlogy.Tensor", "xlogy")
+xlog1py = _binary_elementwise("special_xlog1py", "xlog1py")
+
+
+@forward("round.decimals")
+def _round_decimals_fwd(self, decimals):
+    return np.round(self, decimals)
+
+
+def round(input, decimals: int = 0) -> Tensor:
+    """Round half to even (RoundBackward0), to ``decimals`` places as numpy.round (RoundBackward1).
+    The gradient is 0."""
+    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
+        raise TypeError(f"round: decimals must be an int, got {type(decimals).__name__}")
+    t = as_tensor(input)
+    if decimals == 0:
+        return _call("round", t)
+    return _call("round.decimals", t, int(decimals))
+
+
+around = round
+
+
+def frac(input) -> Tensor:
+    """The fractional part ``input - trunc(input)``, with the input's sign (gradient 1, as PyTorch's)."""
+    t = as_tensor(input)
+    return sub(t, trunc(t))
+
+
+def polygamma(n: int, input) -> Tensor:
+    """The ``n``-th derivative of digamma (PolygammaBackward0); ``n = 0`` is digamma."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"polygamma: n must be a non-negative int, got {n!r}")
+    if n == 0:
+        return digamma(input)
+    return _call("polygamma", int(n), input if isinstance(input, Tensor) else as_tensor(input))
+
 
 
 # === numpy surface: shape, assembly and indexing ===

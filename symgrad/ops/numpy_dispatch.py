@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import numbers
+import sys
 
 import numpy as np
 
@@ -42,6 +43,10 @@ _OPERAND_TYPES = (Tensor, np.ndarray, np.generic, numbers.Number, list, tuple)
 def _numpy_name(func) -> str:
     """``numpy.sum``, ``numpy.linalg.norm``: the public name, not the private defining module."""
     mod = getattr(func, "__module__", None) or "numpy"
+    special = sys.modules.get("scipy.special")
+    if isinstance(func, np.ufunc) and special is not None and getattr(special, func.__name__, None) is func \
+            and getattr(np, func.__name__, None) is not func:
+        return f"scipy.special.{func.__name__}"     # scipy's ufuncs carry no module of their own
     if mod == "numpy" or mod.startswith("numpy._") or not mod.startswith("numpy"):
         mod = "numpy"
     return f"{mod}.{func.__name__}"

@@ -30,7 +30,8 @@ from . import formula_namespaces
 
 # Functions whose result keeps an integer input's dtype (everything else in an
 # elementwise expression makes the result floating point, as in PyTorch).
-_INTEGER_PRESERVING = {"Abs", "sign", "Max", "Min", "Heaviside", "Piecewise"}
+_INTEGER_PRESERVING = {"Abs", "sign", "Max", "Min", "Heaviside", "Piecewise",
+                       "floor", "ceil", "rint"}   # numpy surface, elementwise family: rounding, as torch
 
 
 @dataclass

@@ -28,6 +28,9 @@ FUNCTION_NAMES = {
     "sinh": "sinh", "cosh": "cosh", "atan": "atan", "Abs": "abs", "sign": "sign", "erf": "erf",
     "log1p": "log1p", "expm1": "expm1", "log2": "log2", "exp2": "exp2", "Max": "maximum",
     "Min": "minimum",
+    # numpy surface, elementwise family (the classes of symgrad.rules.special print as their own names)
+    "asin": "asin", "acos": "acos", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "atan2": "atan2",
+    "hypot": "hypot", "log10": "log10", "erfc": "erfc", "loggamma": "lgamma",
 }
 
 
@@ -89,6 +92,13 @@ class FormulaPrinter(PythonCodePrinter):
         name = type(expr).__name__
         name = FUNCTION_NAMES.get(name, name)
         return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_polygamma(self, expr):
+        # sympy spells digamma polygamma(0, x); the vocabulary has digamma for it
+        n, x = expr.args
+        if n == 0:
+            return f"digamma({self._print(x)})"
+        return f"polygamma({self._print(n)}, {self._print(x)})"
 
     def _print_sign(self, expr):
         return f"sign({self._print(expr.args[0])})"

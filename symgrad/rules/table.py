@@ -23,9 +23,9 @@ from typing import Any
 
 import sympy
 import yaml
-from sympy.codegen.cfunctions import exp2, expm1, log1p, log2
+from sympy.codegen.cfunctions import exp2, expm1, hypot, log1p, log2, log10
 
-from . import vocab
+from . import special, vocab
 
 TABLE_PATH = Path(__file__).resolve().parent / "derivatives.yaml"
 
@@ -219,6 +219,10 @@ SYMPY_FUNCTIONS: dict[str, Any] = {
     "Piecewise": sympy.Piecewise, "Eq": sympy.Eq, "Ne": sympy.Ne, "erf": sympy.erf,
     "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2, "Max": sympy.Max, "Min": sympy.Min,
     "pi": sympy.pi, "E": sympy.E, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not,
+    # numpy surface, elementwise family: inverse trigonometric and special functions, rounding
+    "asin": sympy.asin, "acos": sympy.acos, "asinh": sympy.asinh, "acosh": sympy.acosh, "atanh": sympy.atanh,
+    "atan2": sympy.atan2, "hypot": hypot, "log10": log10, "erfc": sympy.erfc, "loggamma": sympy.loggamma,
+    "digamma": sympy.digamma, "polygamma": sympy.polygamma, **special.SYMPY_CLASSES,
 }
 
 

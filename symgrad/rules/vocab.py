@@ -16,10 +16,15 @@ import math
 
 import numpy as np
 
+from . import special
+
 # Names a formula may call besides the metadata readers shape/numel/dtype.  Every op in the
 # rule table is callable too, by its base name with its schema's arguments (``select(grad, dim, index)``).
 ELEMENTWISE = ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan", "sqrt", "abs",
-               "sign", "erf", "log1p", "expm1", "log2", "exp2", "maximum", "minimum", "sigmoid")
+               "sign", "erf", "log1p", "expm1", "log2", "exp2", "maximum", "minimum", "sigmoid",
+               # numpy surface, elementwise family
+               "asin", "acos", "asinh", "acosh", "atanh", "atan2", "hypot", "log10", "erfc", "lgamma", "digamma",
+               "polygamma", "logaddexp", "logaddexp2", "cbrt", "sinc", "rint", "floor", "ceil", "xlogy", "xlog1py")
 PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "logical_not")
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
@@ -89,6 +94,29 @@ def _np_erf(x):
     except ImportError:  # pragma: no cover - scipy is optional
         return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
     return erf(x).astype(np.asarray(x).dtype, copy=False)
+
+
+# --- numpy surface, elementwise family: scipy.special where installed, else a vectorised scalar form ----
+
+def _scipy_special(name: str, scalar):
+    """``scipy.special.<name>`` keeping the input's float dtype (scipy computes some in float64),
+    or ``scalar`` vectorised when scipy is missing."""
+    def fn(*args):
+        dtype = np.asarray(args[-1]).dtype
+        dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+        try:
+            import scipy.special as sc
+        except ImportError:  # pragma: no cover - scipy is optional
+            return np.vectorize(scalar, otypes=[dtype])(*args)
+        return np.asarray(getattr(sc, name)(*args)).astype(dtype, copy=False)
+
+    fn.__name__ = name
+    return fn
+
+
+def _np_xlogy(x, y, log=np.log):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((x == 0) & ~np.isnan(y), np.zeros_like(x * y), x * log(y))
 
 
 def _np_sigmoid(x):
@@ -263,4 +291,13 @@ NUMPY_FUNCTIONS = {
     # numpy surface: reductions, scans and sorting
     "cumprod_jvp": lambda t, self, dim: _np_cumprod_jvp(t, self, dim),
     "cumprod_double_backward": lambda gg, grad, self, dim: _np_cumprod_double_backward(gg, grad, self, dim),
+    # numpy surface, elementwise family
+    "asin": np.arcsin, "acos": np.arccos, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "atan2": np.arctan2, "hypot": np.hypot, "log10": np.log10, "logaddexp": np.logaddexp,
+    "logaddexp2": np.logaddexp2, "cbrt": np.cbrt, "sinc": np.sinc, "rint": np.rint, "floor": np.floor,
+    "ceil": np.ceil, "erfc": _scipy_special("erfc", math.erfc),
+    "lgamma": _scipy_special("gammaln", special.lgamma_scalar),
+    "digamma": _scipy_special("digamma", special.digamma_scalar),
+    "polygamma": _scipy_special("polygamma", special.polygamma_scalar),
+    "xlogy": _np_xlogy, "xlog1py": lambda x, y: _np_xlogy(x, y, np.log1p),
 }
