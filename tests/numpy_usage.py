@@ -97,13 +97,14 @@ def check(usage: Usage, seed: int = 0) -> None:
                   if isinstance(a, np.ndarray) else a for i, a in enumerate(args)]
         got = usage.fn(*leaves)
         np.testing.assert_allclose(_as_array(got), want, err_msg=f"{usage.name}: eager value", **tol)
-        assert _as_array(got).dtype == want.dtype, f"{usage.name}: eager dtype {_as_array(got).dtype}, numpy {want.dtype}"
+        got_dtype = _as_array(got).dtype
+        assert got_dtype == want.dtype, f"{usage.name}: eager dtype {got_dtype}, numpy {want.dtype}"
         if differentiate:
             (got * symgrad.tensor(weights)).sum().backward()
             for i, g in zip(usage.wrt, fd):
                 assert leaves[i].grad is not None, f"{usage.name}: eager gradient of argument {i} is None"
                 np.testing.assert_allclose(leaves[i].grad.numpy(), g, rtol=1e-4, atol=1e-6,
-                                           err_msg=f"{usage.name}: eager gradient of argument {i} vs finite differences")
+                                           err_msg=f"{usage.name}: eager gradient of argument {i} vs differences")
             if usage.second_order:
                 fresh = [symgrad.tensor(a, requires_grad=(i in usage.wrt)) if isinstance(a, np.ndarray) else a
                          for i, a in enumerate(args)]
@@ -116,7 +117,7 @@ def check(usage: Usage, seed: int = 0) -> None:
             np.testing.assert_allclose(value, np.sum(want * weights), err_msg=f"{usage.name}: compiled value", **tol)
             for i, g, f in zip(usage.wrt, grads, fd):
                 np.testing.assert_allclose(g, f, rtol=1e-4, atol=1e-6,
-                                           err_msg=f"{usage.name}: compiled gradient of argument {i} vs finite differences")
+                                           err_msg=f"{usage.name}: compiled gradient of argument {i} vs differences")
         else:
             got = symgrad.compile(usage.fn)(*args)
             np.testing.assert_allclose(_as_array(got), want, err_msg=f"{usage.name}: compiled value", **tol)
