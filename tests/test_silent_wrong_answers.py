@@ -422,3 +422,13 @@ def test_integer_powers_with_negative_integer_exponents_follow_torch(base, expon
     if isinstance(base, list):
         compiled = symgrad.compile(lambda b, e: b ** e)(symgrad.tensor(base), symgrad.tensor(exponent))
         assert compiled.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("name", ["erf", "erfc", "sigmoid", "exp", "sqrt", "lgamma"])
+@pytest.mark.parametrize("values", [[True, False, True], [1, 2, 3]], ids=["bool", "int64"])
+def test_float_ops_of_integer_and_bool_tensors_compute_in_the_default_float_dtype(name, values):
+    """erf of an integer tensor was truncated to integers (erf(1) == 0) and sigmoid of a bool tensor raised."""
+    torch = pytest.importorskip("torch")
+    got, want = getattr(symgrad, name)(symgrad.tensor(values)), getattr(torch, name)(torch.tensor(values))
+    assert got.dtype == symgrad.float32
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)

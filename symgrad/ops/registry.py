@@ -309,6 +309,11 @@ def _fix_dtype(op: OpDef, out: np.ndarray, args: tuple, Tensor) -> np.ndarray:
     return out
 
 
+def _to_default_float(t):
+    """An integer or bool tensor cast to the default float dtype by the op ``_to_copy`` (recorded)."""
+    return apply(get("_to_copy"), (t, get_default_dtype()))
+
+
 def _scalar_positions(op: OpDef) -> tuple[int, ...]:
     """Positions of the ``Scalar`` arguments of an op (cached on the op)."""
     positions = op.extra.get("scalar_positions")
@@ -411,7 +416,8 @@ def _generate(op: OpDef, entry: str):
     glb = {"Tensor": Tensor, "op": op, "forward": resolved_forward(op), "ndarray": np.ndarray,
            "asarray": np.asarray, "fix": _fix_dtype, "check_float": _check_float, "new": _new,
            "STATE": STATE, "SavedVariable": SavedVariable, "anomaly_state": _anomaly_state,
-           "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error}
+           "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error,
+           "to_float": _to_default_float}
 
     if entry == "call":
         params, default_values = [], []
@@ -474,7 +480,22 @@ def _generate(op: OpDef, entry: str):
     if op.float_only:
         lines += ["    if nonfloat:", "        check_float(op, args, Tensor)"]
 
-    # 3. the forward
+    # 3. ops whose result is floating point compute integer and bool tensors in the default float dtype, as
+    # PyTorch does (numpy would truncate erf's result to the integer dtype, or refuse -bool in sigmoid)
+    # through the recorded op _to_copy, so that traced graphs (and every backend) see the cast too
+    if op.dtype_rule == "float" and tensors:
+        lines += ["    if dt is not None and (dt.kind != 'f' or not same):"]
+        for i in tensors:
+            lines += [f"        if d{i}.__class__ is ndarray and d{i}.dtype.kind != 'f':",
+                      f"            a{i} = to_float({ref(i)})",
+                      f"            d{i} = a{i}._data"]
+        if entry == "call":
+            lines.append(f"        args = ({', '.join(names)}{',' if len(names) == 1 else ''})")
+        else:
+            lines += ["        args = list(args)"] + [f"        args[{i}] = a{i}" for i in tensors] + \
+                ["        args = tuple(args)"]
+
+    # 4. the forward
     if entry == "call":
         call = ", ".join(f"d{i}" if i in inputs else names[i] for i in range(len(names)))
     elif inputs == list(range(len(inputs))):
