@@ -26,7 +26,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as _dt
-from ..tensor import Tensor
+from ..tensor import Tensor, is_numpy_face
 from . import functional as F
 
 __all__ = ["array_ufunc", "array_function", "install", "supported_ufuncs", "supported_functions"]
@@ -119,7 +119,14 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     fn = _UFUNCS.get(ufunc)
     if fn is None:
         raise _unsupported(name)
-    return fn(*(_nested(x) if isinstance(x, (list, tuple)) and _has_tensor(x) else x for x in inputs))
+    out_dtype = None
+    if any(is_numpy_face(x) for x in inputs):  # numpy's promotion for numpy-face values (NEP 50)
+        from .numpy_surface.face import promote_operands
+        inputs, out_dtype = promote_operands(ufunc, inputs)
+    result = fn(*(_nested(x) if isinstance(x, (list, tuple)) and _has_tensor(x) else x for x in inputs))
+    if out_dtype is not None and isinstance(result, Tensor) and result._data.dtype != out_dtype:
+        result = F.to(result, _dt.from_numpy_dtype(out_dtype))
+    return result
 
 
 def _has_tensor(seq) -> bool:
@@ -170,8 +177,11 @@ def _axis(axis):
 
 
 def _float_for_mean(t: Tensor) -> Tensor:
-    # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast to the default float dtype.
-    return t if t.is_floating_point() else F.to(t, _dt.get_default_dtype())
+    # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast: to float64 on a
+    # numpy-face value (numpy's own result), to the default float dtype on a PyTorch-face one.
+    if t.is_floating_point():
+        return t
+    return F.to(t, _dt.float64 if is_numpy_face(t) else _dt.get_default_dtype())
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
