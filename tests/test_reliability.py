@@ -574,8 +574,11 @@ def test_unsupported_numpy_functions_are_named(fn, name):
 
 
 def test_an_unknown_tensor_method_is_an_attribute_error():
-    with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'cumsum'"):
-        symgrad.compile(lambda x: x.cumsum(0).sum())(np.ones(3))
+    # on both faces: a Tensor argument (PyTorch's methods) and a numpy array (numpy's methods)
+    with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'frobnicate'"):
+        symgrad.compile(lambda x: x.frobnicate(0).sum())(symgrad.tensor(np.ones(3)))
+    with pytest.raises(AttributeError, match="'NumpyFaceTensor' object has no attribute 'frobnicate'"):
+        symgrad.compile(lambda x: x.frobnicate(0).sum())(np.ones(3))
 
 
 def test_prod_gradient_is_refused_when_tracing():

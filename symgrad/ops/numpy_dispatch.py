@@ -21,7 +21,9 @@ Dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.
 from __future__ import annotations
 
 import builtins
+import difflib
 import numbers
+import sys
 
 import numpy as np
 
@@ -39,17 +41,57 @@ _NOT_GIVEN = object()
 _OPERAND_TYPES = (Tensor, np.ndarray, np.generic, numbers.Number, list, tuple)
 
 
+def _public_module(mod: str) -> str:
+    """``numpy._core.fromnumeric`` -> ``numpy``, ``scipy.special._logsumexp`` -> ``scipy.special``:
+    the module a user imports the function from, not the private one that defines it."""
+    parts = []
+    for part in mod.split("."):
+        if part.startswith("_"):
+            break
+        parts.append(part)
+    return ".".join(parts) or mod
+
+
 def _numpy_name(func) -> str:
-    """``numpy.sum``, ``numpy.linalg.norm``: the public name, not the private defining module."""
+    """``numpy.sum``, ``numpy.linalg.norm``, ``scipy.special.expit``: the public name, module included."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if isinstance(func, np.ufunc):
+        # ufuncs carry no __module__: find the public module that exports this very object
+        if getattr(np, name, None) is func:
+            return f"numpy.{name}"
+        for mod in ("scipy.special",):
+            module = sys.modules.get(mod)
+            if module is not None and getattr(module, name, None) is func:
+                return f"{mod}.{name}"
+        return f"the ufunc {name}"
     mod = getattr(func, "__module__", None) or "numpy"
-    if mod == "numpy" or mod.startswith("numpy._") or not mod.startswith("numpy"):
-        mod = "numpy"
-    return f"{mod}.{func.__name__}"
+    return f"{_public_module(mod)}.{name}"
 
 
-def _unsupported(what: str, why: str = "") -> TypeError:
-    return TypeError(f"symgrad: {what} is not supported on symgrad tensors{why}; use the symgrad op instead, "
-                     f"or t.detach().numpy() if no gradient is needed")
+def _suggestions(name: str) -> str:
+    """What exists instead of the unsupported ``name`` (``numpy.cumsum``): the symgrad function of that
+    name when there is one, and supported numpy functions with similar names; empty when neither."""
+    bare = name.rsplit(".", 1)[-1]
+    hints = []
+    op = getattr(F, bare, None)
+    if callable(op) and not bare.startswith("_") and getattr(op, "__module__", "").startswith("symgrad"):
+        hints.append(f"symgrad.{bare} computes it with a gradient (PyTorch's signature: dim=, keepdim=)")
+    supported = {}
+    for f in (*_FUNCTIONS, *_UFUNCS):
+        full = _numpy_name(f)
+        supported.setdefault(full.rsplit(".", 1)[-1], full)
+    supported.pop(bare, None)
+    close = difflib.get_close_matches(bare, sorted(supported), n=3, cutoff=0.75)
+    if close:
+        hints.append("supported with similar names: " + ", ".join(supported[c] for c in close))
+    return "; ".join(hints)
+
+
+def _unsupported(what: str, why: str = "", suggest: bool = False) -> TypeError:
+    hint = _suggestions(what) if suggest else ""
+    return TypeError(f"symgrad: {what} is not supported on symgrad tensors{why}; "
+                     + (f"{hint}; or use " if hint else "use ")
+                     + "t.detach().numpy() if no gradient is needed")
 
 
 # --- ufuncs ---------------------------------------------------------------------------------
@@ -82,6 +124,14 @@ _UFUNCS = {
 if getattr(np, "true_divide", np.divide) is not np.divide:  # an alias in numpy 2, its own ufunc before
     _UFUNCS[np.true_divide] = F.div
 
+# ufunc methods and the supported call that computes the same thing (for the error message)
+_UFUNC_METHOD_EQUIVALENTS = {
+    ("add", "reduce"): "numpy.sum(x, axis=0)", ("multiply", "reduce"): "numpy.prod(x, axis=0)",
+    ("maximum", "reduce"): "numpy.max(x, axis=0)", ("minimum", "reduce"): "numpy.min(x, axis=0)",
+    ("add", "outer"): "x[:, None] + y[None, :]", ("multiply", "outer"): "x[:, None] * y[None, :]",
+    ("subtract", "outer"): "x[:, None] - y[None, :]",
+}
+
 # Keyword arguments that change nothing when they have numpy's default value.
 _UFUNC_DEFAULTS = {"casting": "same_kind", "order": "K", "subok": True, "dtype": None, "signature": None}
 
@@ -106,7 +156,9 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         # np.add.at(array, index_tensor, values): integer/bool index tensors carry no graph, so unwrap them
         return getattr(ufunc, method)(inputs[0], _unwrap_index(inputs[1]), *inputs[2:], **kwargs)
     if method != "__call__":
-        raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is)")
+        instead = _UFUNC_METHOD_EQUIVALENTS.get((ufunc.__name__, method))
+        raise _unsupported(f"{name}.{method}", " (only calling the ufunc itself is" +
+                           (f"; {instead} computes the same with a gradient)" if instead else ")"))
     out = kwargs.pop("out", None)
     if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
         raise _unsupported(f"{name} with out=", " (writing into an array would drop the autograd graph)")
@@ -118,7 +170,7 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
             raise _unsupported(f"{name} with {key}={value!r}")
     fn = _UFUNCS.get(ufunc)
     if fn is None:
-        raise _unsupported(name)
+        raise _unsupported(name, suggest=True)
     out_dtype = None
     if any(is_numpy_face(x) for x in inputs):  # numpy's promotion for numpy-face values (NEP 50)
         from .numpy_surface.face import promote_operands
@@ -331,9 +383,29 @@ def _squeeze(a, axis=None):
     return F.squeeze(t, axes) if axes else t
 
 
+def _sequence_items(arrays, name: str) -> list[Tensor]:
+    """The elements of the sequence given to numpy.concatenate / numpy.stack, as tensors (each stays
+    in the graph).  Next to a numpy-face value, numbers and lists become arrays as numpy makes them
+    (``[1.0]`` is float64), not as PyTorch's default dtype would."""
+    if isinstance(arrays, Tensor):
+        items = list(arrays)   # numpy iterates an array over its first axis
+    else:
+        try:
+            items = list(arrays)
+        except TypeError:
+            raise TypeError(f"numpy.{name}: expected a sequence of arrays, got {type(arrays).__name__}") from None
+    if not items:
+        raise ValueError(f"numpy.{name}: need at least one array to {name}")
+    face = any(is_numpy_face(x) for x in items)
+    return [x if isinstance(x, Tensor) else F.as_tensor(np.asarray(x) if face else x) for x in items]
+
+
 def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _reject("concatenate", out=out)
-    ts = [F.as_tensor(x) for x in arrays]
+    ts = _sequence_items(arrays, "concatenate")
+    if axis is not None and any(t.ndim == 0 for t in ts):
+        raise ValueError("numpy.concatenate: zero-dimensional arrays cannot be concatenated; "
+                         "use numpy.stack to join scalars into an array")
     if axis is None:
         ts, axis = [F.reshape(x, (-1,)) for x in ts], 0
     result = F.cat(ts, axis)
@@ -342,7 +414,7 @@ def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 
 def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _reject("stack", out=out)
-    result = F.stack([F.as_tensor(x) for x in arrays], axis)
+    result = F.stack(_sequence_items(arrays, "stack"), axis)
     return result if dtype is None else F.to(result, dtype)
 
 
@@ -447,7 +519,7 @@ def array_function(self, func, types, args, kwargs):
         return NotImplemented
     handler = _FUNCTIONS.get(func)
     if handler is None:
-        raise _unsupported(_numpy_name(func))
+        raise _unsupported(_numpy_name(func), suggest=True)
     return handler(*args, **kwargs)
 
 
