@@ -318,6 +318,10 @@ def _where(condition, x=_NOT_GIVEN, y=_NOT_GIVEN):
         return _nonzero(condition)
     if x is _NOT_GIVEN or y is _NOT_GIVEN:
         raise ValueError("either both or neither of x and y should be given")
+    if is_numpy_face(condition) or is_numpy_face(x) or is_numpy_face(y):  # numpy's promotion of x and y
+        from .numpy_surface.face import cast_to, result_dtype
+        dtype = result_dtype(x, y)
+        x, y = cast_to(x, dtype), cast_to(y, dtype)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         x = F.as_tensor(x)  # only the condition was a tensor
     return F.where(condition, x, y)
@@ -334,6 +338,10 @@ def _clip(a, a_min=_NOT_GIVEN, a_max=_NOT_GIVEN, out=None, *, min=_NOT_GIVEN, ma
     lo, hi = (None if v is _NOT_GIVEN or v is None else v if F._is_number(v) else F.as_tensor(v) for v in (lo, hi))
     if lo is None and hi is None:
         return F.as_tensor(a)  # numpy 2.1+: clip with no bounds is the identity
+    if is_numpy_face(a) or is_numpy_face(lo) or is_numpy_face(hi):  # numpy's promotion (int array, float bound)
+        from .numpy_surface.face import cast_to, result_dtype
+        dtype = result_dtype(a, lo, hi)
+        a, lo, hi = cast_to(a, dtype), cast_to(lo, dtype), cast_to(hi, dtype)
     return F.clamp(a, lo, hi)
 
 

@@ -18,6 +18,7 @@ function the surface supports works as a method too, with numpy's own argument h
 
 from __future__ import annotations
 
+import builtins
 import numbers
 
 import numpy as np
@@ -25,8 +26,9 @@ import numpy as np
 from ... import dtypes as _dt
 from ...tensor import Tensor
 from .. import functional as F
+from ..numpy_dispatch import numpy_functions
 
-__all__ = ["NumpyFaceTensor", "make_numpy_face", "promote_operands"]
+__all__ = ["NumpyFaceTensor", "make_numpy_face", "promote_operands", "result_dtype", "cast_to"]
 
 
 def _delegate(np_func, doc_name: str):
@@ -201,8 +203,61 @@ def promote_operands(ufunc, operands) -> tuple[tuple, np.dtype | None]:
     return tuple(cast), loop[ufunc.nin] if ufunc.nout == 1 else None
 
 
+def result_dtype(*operands) -> np.dtype | None:
+    """numpy's result dtype of combining ``operands`` (``np.where``, ``np.clip``): Python numbers weak."""
+    try:
+        return np.result_type(*[x._data.dtype if isinstance(x, Tensor) else
+                                x if isinstance(x, (numbers.Number, np.ndarray, np.generic)) else
+                                np.asarray(x).dtype for x in operands if x is not None])
+    except (TypeError, ValueError):
+        return None
+
+
+def cast_to(x, dtype):
+    """A tensor or array operand in ``dtype`` (numbers and None pass through)."""
+    if dtype is None:
+        return x
+    if isinstance(x, Tensor):
+        return x if x._data.dtype == dtype else F.to(x, _dt.from_numpy_dtype(dtype))
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        return np.asarray(x, dtype=dtype)
+    return x
+
+
 def _cast_result(result, out_dtype):
     if out_dtype is not None and isinstance(result, Tensor) and result._data.dtype != out_dtype:
         return F.to(result, _dt.from_numpy_dtype(out_dtype))
     return result
 
+
+
+# --- numpy.all / numpy.any: the truth reductions behind x.all() / x.any() -------------------------
+# No gradient (a bool result), but recorded from ops the graph has (a count of nonzero elements
+# compared with the number reduced), so a compiled function computes them from its inputs.
+
+def _truth_reduction(name: str):
+    def handler(a, axis=None, out=None, keepdims=False, *, where=None):
+        if out is not None or where is not None:
+            raise TypeError(f"symgrad: numpy.{name} with {'out' if out is not None else 'where'}= is not "
+                            "supported on symgrad tensors")
+        t = F.as_tensor(a)
+        if axis is None:
+            axes = tuple(range(t.ndim))
+        else:
+            axes = tuple(F._check_dim(int(d), builtins.max(t.ndim, 1), name)
+                         for d in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+        nonzero = F.to(F.ne(t, 0), _dt.int64)
+        counts = F.sum(nonzero, axes, bool(keepdims)) if axes else nonzero
+        if name == "any":
+            return F.gt(counts, 0)
+        reduced = 1
+        for d in axes:
+            reduced *= t.shape[d]
+        return F.eq(counts, reduced)
+
+    handler.__name__ = f"_{name}"
+    return handler
+
+
+numpy_functions(np.all)(_truth_reduction("all"))
+numpy_functions(np.any)(_truth_reduction("any"))
