@@ -120,7 +120,22 @@ def test_numpy_attributes_on_traced_values():
     want = dict(size=24, shape=(2, 3, 4), ndim=3, T=(4, 3, 2), len=2, t=(4, 2, 3), tt=(3, 2, 4), r=(2, 12),
                 rt=(4, 6), nbytes=192, itemsize=8)
     assert seen == want
-    assert type(seen["size"]) is int and type(seen["shape"]) is tuple
+    assert isinstance(seen["size"], int) and type(seen["shape"]) is tuple
+
+
+def test_pytorch_style_code_given_arrays_keeps_pytorch_keywords():
+    """Code written for PyTorch and called with ndarrays: PyTorch's keywords select PyTorch's method."""
+    def f(x):
+        n = x.size(0) * x.size()[1]                      # size still callable
+        centred = x - x.mean(dim=1, keepdim=True)
+        return (centred.std(dim=0) * n).sum() + x.sum(1, True).max() + x.max(dim=1).values.sum()
+
+    t = torch.tensor(X)
+    want = f(t).item()
+    np.testing.assert_allclose(symgrad.value_and_grad(f)(X)[0], want, rtol=1e-12)
+    cube = np.random.default_rng(2).standard_normal((2, 3, 4))
+    np.testing.assert_allclose(compiled(lambda k: k.transpose(0, 2), cube), cube.transpose(2, 1, 0))
+    np.testing.assert_allclose(compiled(lambda k: k.flatten(1), cube), cube.reshape(2, -1))
 
 
 # --- numpy's promotion (NEP 50) ------------------------------------------------------------------

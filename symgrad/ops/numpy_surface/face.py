@@ -31,13 +31,34 @@ from ..numpy_dispatch import numpy_functions
 __all__ = ["NumpyFaceTensor", "make_numpy_face", "promote_operands", "result_dtype", "cast_to"]
 
 
+# Keywords only PyTorch's methods take: code written for PyTorch (``x.sum(dim=1, keepdim=True)``) and
+# called with numpy arrays keeps working, with PyTorch's meaning (``x.std(dim=0)`` is unbiased).
+_TORCH_KEYWORDS = frozenset({"dim", "keepdim", "unbiased"})
+
+
+def _torch_style(args, kwargs) -> bool:
+    # a bool second argument is PyTorch's keepdim/unbiased (numpy has dtype or out there, never a bool)
+    return not _TORCH_KEYWORDS.isdisjoint(kwargs) or (len(args) > 1 and isinstance(args[1], bool))
+
+
 def _delegate(np_func, doc_name: str):
     def method(self, *args, **kwargs):
+        if _torch_style(args, kwargs) and hasattr(Tensor, doc_name):
+            return getattr(Tensor, doc_name)(self, *args, **kwargs)
         return np_func(self, *args, **kwargs)
 
     method.__name__ = doc_name
-    method.__doc__ = f"numpy's ``ndarray.{doc_name}``: ``numpy.{np_func.__name__}(self, ...)``."
+    method.__doc__ = (f"numpy's ``ndarray.{doc_name}``: ``numpy.{np_func.__name__}(self, ...)`` (PyTorch's "
+                      f"method when called with ``dim=``/``keepdim=``/``unbiased=``).")
     return method
+
+
+class _NumpySize(int):
+    """numpy's ``x.size``, an int, that PyTorch-style code may still call: ``x.size()``, ``x.size(0)``."""
+
+    def __call__(self, dim=None):
+        from ...tensor import Size
+        return Size(self.shape) if dim is None else self.shape[dim]
 
 
 def _operator(ufunc, fallback, reflected: bool = False):
@@ -64,8 +85,10 @@ class NumpyFaceTensor(Tensor):
     # --- attributes ---------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        """numpy's ``size``: the number of elements, an int (not PyTorch's ``size()`` method)."""
-        return int(self._data.size)
+        """numpy's ``size``: the number of elements, an int (callable as PyTorch's ``size()`` too)."""
+        size = _NumpySize(self._data.size)
+        size.shape = self._data.shape
+        return size
 
     @property
     def shape(self) -> tuple:
@@ -97,7 +120,7 @@ class NumpyFaceTensor(Tensor):
     all = _delegate(np.all, "all")
     any = _delegate(np.any, "any")
     dot = _delegate(np.dot, "dot")
-    squeeze = _delegate(np.squeeze, "squeeze")
+    squeeze = _delegate(np.squeeze, "squeeze")   # squeeze(dim=0): PyTorch's
     swapaxes = _delegate(np.swapaxes, "swapaxes")
     repeat = _delegate(np.repeat, "repeat")   # numpy's repeat, not PyTorch's (which is np.tile)
     diagonal = _delegate(np.diagonal, "diagonal")
@@ -106,9 +129,12 @@ class NumpyFaceTensor(Tensor):
     take = _delegate(np.take, "take")
 
     def transpose(self, *axes):
-        """``x.transpose()``, ``x.transpose(0, 2, 1)`` or ``x.transpose((0, 2, 1))``."""
+        """``x.transpose()``, ``x.transpose(0, 2, 1)`` or ``x.transpose((0, 2, 1))``; two axes of an array
+        that is not 2-D (an error in numpy) swap them, as PyTorch's ``transpose(dim0, dim1)``."""
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
             axes = axes[0]
+        if axes is not None and len(axes) == 2 and self.ndim != 2:
+            return F.transpose(self, *axes)
         return np.transpose(self, axes if axes else None)
 
     def reshape(self, *shape, order="C"):
@@ -120,7 +146,9 @@ class NumpyFaceTensor(Tensor):
     def ravel(self, order="C"):
         return np.ravel(self, order)
 
-    def flatten(self, order="C"):
+    def flatten(self, order="C", *args, **kwargs):
+        if not isinstance(order, str) or args or kwargs:   # PyTorch's flatten(start_dim, end_dim)
+            return F.flatten(self, *(() if isinstance(order, str) else (order,)), *args, **kwargs)
         return np.ravel(self, order)
 
     def copy(self, order="C"):
