@@ -37,6 +37,12 @@ class dtype:
         # bool < integer < floating: the order PyTorch promotes across categories.
         self._category = {"b": 0, "u": 1, "i": 1, "f": 2}[self.np.kind]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype, which numpy reads from any object's ``.dtype``: so numpy takes a symgrad dtype
+        wherever it takes a dtype (``np.zeros(3, dtype=x.dtype)``, ``np.finfo(x.dtype)``)."""
+        return self.np
+
     def __repr__(self) -> str:
         return "symgrad." + self.name
 

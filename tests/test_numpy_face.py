@@ -123,6 +123,16 @@ def test_numpy_attributes_on_traced_values():
     assert isinstance(seen["size"], int) and type(seen["shape"]) is tuple
 
 
+def test_numpy_takes_the_dtype_of_a_traced_value():
+    def f(x):
+        eps = np.finfo(x.dtype).eps
+        return (x * np.ones(x.shape, dtype=x.dtype) + eps).astype(x.dtype).sum()
+
+    for a in (X, X.astype(np.float32)):
+        np.testing.assert_allclose(compiled(f, a), f(a), rtol=1e-6)
+        assert compiled(f, a).dtype == f(a).dtype
+
+
 def test_pytorch_style_code_given_arrays_keeps_pytorch_keywords():
     """Code written for PyTorch and called with ndarrays: PyTorch's keywords select PyTorch's method."""
     def f(x):
