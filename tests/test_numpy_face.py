@@ -285,3 +285,14 @@ def test_list_elements_next_to_numpy_face_values_are_numpy_arrays():
     got, want = compiled(f, x), f(x)
     assert got.dtype == want.dtype == np.float64
     np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.parametrize("predicate", [np.isnan, np.isinf, np.isfinite])
+def test_value_predicates_of_traced_values_are_refused_not_frozen(predicate):
+    """np.isnan of a traced value was computed from the example data and became a constant: the compiled
+    function answered 4.0 for [nan, 2, nan] after tracing on [1, nan, 3].  Refused until an op exists."""
+    f = symgrad.compile(lambda x: np.where(predicate(x), 0.0, x).sum())
+    with pytest.raises(TraceError, match=rf"numpy[.]{predicate.__name__} of a traced value is not supported"):
+        f(np.array([1.0, np.nan, 3.0]))
+    t = symgrad.tensor([1.0, np.nan, np.inf])
+    np.testing.assert_array_equal(predicate(t).numpy(), predicate(np.array([1.0, np.nan, np.inf])))

@@ -30,6 +30,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..tensor import Tensor, is_numpy_face
 from . import functional as F
+from . import registry
 
 __all__ = ["array_ufunc", "array_function", "install", "supported_ufuncs", "supported_functions"]
 
@@ -99,7 +100,18 @@ def _unsupported(what: str, why: str = "", suggest: bool = False) -> TypeError:
 
 def _bool_from_data(np_ufunc):
     # isnan & co. only inspect values: their result is a bool tensor, nothing to differentiate.
-    return lambda x: Tensor._wrap(np.asarray(np_ufunc(F.as_tensor(x)._data)))
+    def handler(x):
+        t = F.as_tensor(x)
+        rec = registry._recorder
+        if rec is not None and rec.is_traced(t):
+            # computed from the data, the result would be a constant of the trace: a compiled function
+            # would answer for the example inputs on every later call
+            rec.refuse(f"numpy.{np_ufunc.__name__} of a traced value is not supported in a compiled function "
+                       "(symgrad has no op for it yet); compute it outside the function and pass the mask "
+                       "as an argument")
+        return Tensor._wrap(np.asarray(np_ufunc(t._data)))
+
+    return handler
 
 
 def _symmetric(fn):
