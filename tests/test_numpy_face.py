@@ -176,6 +176,10 @@ PROMOTION = {
     "np.maximum(int, 0.5)": lambda x: np.maximum(x.astype(np.int64), 0.5),
     "int @ float": lambda x: x.astype(np.int64) @ x.T,
     "float32 sum": lambda x: x.astype(np.float32).sum(axis=0),
+    "zeros_like(int) * 0.5": lambda x: np.zeros_like(x.astype(np.int64)) * 0.5 + x,
+    "ones_like(x, dtype=float)": lambda x: np.ones_like(x.astype(np.int64), dtype=float) * x,
+    "full_like(int, 2) / 4": lambda x: np.full_like(x.astype(np.int64), 2) / 4,
+    "concatenate([float32, [1.0]])": lambda x: np.concatenate([x[0].astype(np.float32), [1.0]]),
 }
 
 

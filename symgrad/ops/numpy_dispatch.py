@@ -468,10 +468,19 @@ def _constant_like(fill):
     # the result depends on the input's shape and dtype only, so it is a fresh leaf
     def handler(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
         t = F.as_tensor(a)
-        d = t._data.dtype if dtype is None else _dt.to_dtype(dtype).np
-        return Tensor._wrap(np.full(t.shape if shape is None else shape, fill, dtype=d))
+        d = t._data.dtype if dtype is None else np.dtype(dtype) if is_numpy_face(t) else _dt.to_dtype(dtype).np
+        return _same_face(Tensor._wrap(np.full(t.shape if shape is None else shape, fill, dtype=d)), t)
 
     return handler
+
+
+def _same_face(result: Tensor, like) -> Tensor:
+    """``result`` (made from data, not by an op) on the face of ``like``: np.zeros_like of a numpy-face
+    value promotes as numpy does afterwards."""
+    if is_numpy_face(like):
+        from .numpy_surface.face import make_numpy_face
+        make_numpy_face(result)
+    return result
 
 
 def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
