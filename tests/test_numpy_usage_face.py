@@ -7,7 +7,6 @@ numpy's meaning applies, and is checked against numpy's values and finite differ
 """
 
 import numpy as np
-
 from numpy_usage import Usage, check, params
 
 
