@@ -300,3 +300,8 @@ def test_value_predicates_of_traced_values_are_refused_not_frozen(predicate):
         f(np.array([1.0, np.nan, 3.0]))
     t = symgrad.tensor([1.0, np.nan, np.inf])
     np.testing.assert_array_equal(predicate(t).numpy(), predicate(np.array([1.0, np.nan, np.inf])))
+
+
+def test_stacking_different_shapes_is_numpys_value_error():
+    with pytest.raises(ValueError, match=r"numpy[.]stack: all input arrays must have the same shape"):
+        np.stack([leaf([1.0, 2.0]), leaf([3.0])])

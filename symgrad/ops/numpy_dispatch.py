@@ -434,7 +434,11 @@ def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 
 def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _reject("stack", out=out)
-    result = F.stack(_sequence_items(arrays, "stack"), axis)
+    items = _sequence_items(arrays, "stack")
+    if len({tuple(t.shape) for t in items}) > 1:
+        raise ValueError(f"numpy.stack: all input arrays must have the same shape, got "
+                         f"{[tuple(t.shape) for t in items]}; numpy.concatenate joins arrays of different lengths")
+    result = F.stack(items, axis)
     return result if dtype is None else F.to(result, dtype)
 
 
