@@ -116,6 +116,15 @@ ROWS = [
     method("layer norm with x.var(-1, keepdims=True)",
            lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
     method("x.var() + x.sum(0).max()", lambda x: x.var() + x.sum(0).max()),
+    # --- function forms behind the methods, on both faces --------------------------------------------
+    Usage("np.all(x > -1, axis=0)", lambda x: np.all(x > -1, axis=0), mat, grad=False),
+    Usage("np.any(x > 1)", lambda x: np.any(x > 1), mat, grad=False),
+    Usage("np.all(x > -2, axis=(0, 1), keepdims=True)", lambda x: np.all(x > -2, axis=(0, 1), keepdims=True),
+          mat, grad=False),
+    Usage("np.any(x < 0, axis=-1)", lambda x: np.any(x < 0, axis=-1), cube, grad=False),
+    Usage("np.zeros_like(x) + x", lambda x: np.zeros_like(x) + x * 2.0, mat),
+    Usage("np.full_like(x, 2.0) * x", lambda x: np.full_like(x, 2.0) * x, mat),
+    Usage("np.ones_like(x) / (1 + x * x)", lambda x: np.ones_like(x) / (1.0 + x * x), mat),
     # --- sequences of arrays ----------------------------------------------------------------------
     Usage("np.concatenate([x, 2 * x], axis=1)", lambda x: np.concatenate([x, 2 * x], axis=1), mat),
     Usage("np.concatenate([x, y]) axis=0", lambda x, y: np.concatenate([x, y]),
