@@ -69,13 +69,18 @@ def _numpy_name(func) -> str:
     return f"{_public_module(mod)}.{name}"
 
 
+# numpy names whose symgrad (PyTorch) function of the same name does something else: never suggested
+_OTHER_MEANING_IN_SYMGRAD = frozenset({"select", "repeat", "sort", "split", "max", "min", "flip", "diag"})
+
+
 def _suggestions(name: str) -> str:
     """What exists instead of the unsupported ``name`` (``numpy.cumsum``): the symgrad function of that
     name when there is one, and supported numpy functions with similar names; empty when neither."""
     bare = name.rsplit(".", 1)[-1]
     hints = []
     op = getattr(F, bare, None)
-    if callable(op) and not bare.startswith("_") and getattr(op, "__module__", "").startswith("symgrad"):
+    if callable(op) and not bare.startswith("_") and bare not in _OTHER_MEANING_IN_SYMGRAD and \
+            getattr(op, "__module__", "").startswith("symgrad"):
         hints.append(f"symgrad.{bare} computes it with a gradient (PyTorch's signature: dim=, keepdim=)")
     supported = {}
     for f in (*_FUNCTIONS, *_UFUNCS):
