@@ -81,7 +81,7 @@ def _suggestions(name: str) -> str:
     op = getattr(F, bare, None)
     if callable(op) and not bare.startswith("_") and bare not in _OTHER_MEANING_IN_SYMGRAD and \
             getattr(op, "__module__", "").startswith("symgrad"):
-        hints.append(f"symgrad.{bare} computes it with a gradient (PyTorch's signature: dim=, keepdim=)")
+        hints.append(f"symgrad.{bare} computes it with a gradient (PyTorch's arguments: dim rather than axis)")
     supported = {}
     for f in (*_FUNCTIONS, *_UFUNCS):
         full = _numpy_name(f)
