@@ -180,6 +180,10 @@ PROMOTION = {
     "ones_like(x, dtype=float)": lambda x: np.ones_like(x.astype(np.int64), dtype=float) * x,
     "full_like(int, 2) / 4": lambda x: np.full_like(x.astype(np.int64), 2) / 4,
     "concatenate([float32, [1.0]])": lambda x: np.concatenate([x[0].astype(np.float32), [1.0]]),
+    "np.sum(float32, dtype=float)": lambda x: np.sum(x.astype(np.float32), dtype=float),
+    "x.mean(dtype=float) of ints": lambda x: x.astype(np.int64).mean(axis=0, dtype=float),
+    "np.var(float32, dtype=float)": lambda x: np.var(x.astype(np.float32), dtype=float),
+    "np.stack(..., dtype=float)": lambda x: np.stack([x[0].astype(np.float32), x[1]], dtype=float),
 }
 
 

@@ -15,7 +15,8 @@ back an ndarray with the graph dropped.
 >>> y.backward(); x.grad
 tensor([1.5729, 1.2599], dtype=symgrad.float64)
 
-Dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.
+On Tensors dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.  Values traced
+for a function given numpy arrays follow numpy instead (:mod:`symgrad.ops.numpy_surface.face`).
 """
 
 from __future__ import annotations
@@ -245,6 +246,14 @@ def _axis(axis):
     return int(axis)
 
 
+def _dtype_arg(dtype, t):
+    """A numpy function's ``dtype=`` as numpy reads it on a numpy-face value (``float`` is float64, not
+    PyTorch's default dtype); unchanged otherwise."""
+    if dtype is None or isinstance(dtype, _dt.dtype) or not is_numpy_face(t):
+        return dtype
+    return _dt.from_numpy_dtype(np.dtype(dtype))
+
+
 def _float_for_mean(t: Tensor) -> Tensor:
     # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast: to float64 on a
     # numpy-face value (numpy's own result), to the default float dtype on a PyTorch-face one.
@@ -256,16 +265,22 @@ def _float_for_mean(t: Tensor) -> Tensor:
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
     _reject("sum", out=out, initial=initial, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
+    if dtype is not None:
+        # numpy accumulates in dtype (float32 summed with dtype=float64 sums float64 values); symgrad's
+        # sum(dtype=) rounds the float32 sum and then casts, so cast first
+        t = F.to(t, dtype)
     if axis == ():  # numpy: reduce over no axis at all
-        return t if dtype is None else F.to(t, dtype)
+        return t
     if axis is None and not keepdims:
-        return F.sum(t, dtype=dtype)
-    return F.sum(t, axis, bool(keepdims), dtype=dtype)
+        return F.sum(t)
+    return F.sum(t, axis, bool(keepdims))
 
 
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NOT_GIVEN):
     _reject("mean", out=out, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
     t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
     if axis == ():
         return t
@@ -277,6 +292,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NOT_GIVE
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
     _reject("prod", out=out, initial=initial, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
     if dtype is not None:
         t = F.to(t, dtype)
     if axis is None:
@@ -313,6 +329,7 @@ def _spread(name: str):
             raise ValueError(f"numpy.{name}: ddof and correction can't be provided simultaneously.")
         correction = ddof if correction is _NOT_GIVEN else correction
         t = F.as_tensor(a)
+        dtype = _dtype_arg(dtype, t)
         t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
         return fn(t, _axis(axis), keepdim=bool(keepdims), correction=correction)
 
@@ -434,7 +451,7 @@ def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     if axis is None:
         ts, axis = [F.reshape(x, (-1,)) for x in ts], 0
     result = F.cat(ts, axis)
-    return result if dtype is None else F.to(result, dtype)
+    return result if dtype is None else F.to(result, _dtype_arg(dtype, result))
 
 
 def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
@@ -444,7 +461,7 @@ def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
         raise ValueError(f"numpy.stack: all input arrays must have the same shape, got "
                          f"{[tuple(t.shape) for t in items]}; numpy.concatenate joins arrays of different lengths")
     result = F.stack(items, axis)
-    return result if dtype is None else F.to(result, dtype)
+    return result if dtype is None else F.to(result, _dtype_arg(dtype, result))
 
 
 def _broadcast_to(array, shape, subok=False):
