@@ -133,6 +133,18 @@ def test_numpy_takes_the_dtype_of_a_traced_value():
         assert compiled(f, a).dtype == f(a).dtype
 
 
+def test_dtype_comparisons_read_as_numpy_does():
+    def f(x):
+        scale = 1e-3 if x.dtype == np.float32 else 1e-9   # numpy code branching on the dtype
+        assert x.dtype != np.int64 and x.dtype == x.dtype.name
+        return x.sum() * scale
+
+    assert compiled(f, X.astype(np.float32)) == pytest.approx(X.astype(np.float32).sum() * 1e-3, rel=1e-6)
+    assert compiled(f, X) == pytest.approx(X.sum() * 1e-9, rel=1e-12)
+    assert symgrad.float32 == symgrad.float32 and symgrad.float32 != symgrad.float64
+    assert symgrad.float64 != None and symgrad.float64 != float   # noqa: E711 - numpy would read both as float64
+
+
 def test_pytorch_style_code_given_arrays_keeps_pytorch_keywords():
     """Code written for PyTorch and called with ndarrays: PyTorch's keywords select PyTorch's method."""
     def f(x):
