@@ -142,7 +142,7 @@ def test_dtype_comparisons_read_as_numpy_does():
     assert compiled(f, X.astype(np.float32)) == pytest.approx(X.astype(np.float32).sum() * 1e-3, rel=1e-6)
     assert compiled(f, X) == pytest.approx(X.sum() * 1e-9, rel=1e-12)
     assert symgrad.float32 == symgrad.float32 and symgrad.float32 != symgrad.float64
-    assert symgrad.float64 != None and symgrad.float64 != float   # noqa: E711 - numpy would read both as float64
+    assert symgrad.float64 != None and symgrad.float64 != float   # noqa: E711, E721 - numpy reads both as float64
 
 
 def test_pytorch_style_code_given_arrays_keeps_pytorch_keywords():
