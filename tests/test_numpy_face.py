@@ -332,3 +332,20 @@ def test_value_predicates_of_traced_values_are_refused_not_frozen(predicate):
 def test_stacking_different_shapes_is_numpys_value_error():
     with pytest.raises(ValueError, match=r"numpy[.]stack: all input arrays must have the same shape"):
         np.stack([leaf([1.0, 2.0]), leaf([3.0])])
+
+
+def test_second_order_through_numpy_face_methods():
+    """A Hessian-vector product of x.var() + x.max(axis=0).sum() through methods, traced from arrays:
+    the inner gradient is taken on numpy-face values and differentiated again."""
+    v = np.random.default_rng(4).standard_normal(X.shape)
+
+    def f(x):
+        return x.var() + (x.std(axis=1) ** 2).sum()
+
+    def directional(x):
+        return (symgrad.grad(f)(x) * v).sum()
+
+    hvp = symgrad.grad(directional)(X)
+    n, m = X.size, X.shape[1]
+    want = 2.0 / n * (v - v.mean()) + 2.0 / m * (v - v.mean(axis=1, keepdims=True))
+    np.testing.assert_allclose(hvp, want, rtol=1e-10, atol=1e-12)
