@@ -13,7 +13,11 @@ give the subclass's reflected operators priority, so ``torch_face + numpy_face``
 Only the tracer makes such values (placeholders of ndarray arguments, and every op result with a
 numpy-face input), so they never appear in plain eager code.  Methods delegate to the numpy
 function (``x.var(...)`` is ``np.var(x, ...)`` through ``__array_function__``): every numpy
-function the surface supports works as a method too, with numpy's own argument handling.
+function the surface supports works as a method too, with numpy's own argument handling.  A call with
+PyTorch's keywords (``dim=``, ``keepdim=``, ``unbiased=``), which numpy's methods do not take, runs the
+PyTorch method instead, so PyTorch-style code called with arrays keeps working.  Library code must call
+``symgrad.ops.functional`` functions rather than methods on values it did not create: on a numpy-face
+value, ``x.max(1)`` is numpy's (values only), not PyTorch's ``(values, indices)``.
 """
 
 from __future__ import annotations
