@@ -229,8 +229,8 @@ def promote_operands(ufunc, operands) -> tuple[tuple, np.dtype | None]:
     for x, want in zip(operands, loop[:ufunc.nin]):
         if isinstance(x, Tensor) and x._data.dtype != want:
             x = F.to(x, _dt.from_numpy_dtype(want))
-        elif isinstance(x, (np.ndarray, np.generic)) and x.dtype != want:
-            x = np.asarray(x, dtype=want)
+        elif isinstance(x, (list, tuple)) or (isinstance(x, (np.ndarray, np.generic)) and x.dtype != want):
+            x = np.asarray(x, dtype=want)   # a list as numpy reads it (float64), not as PyTorch's default
         cast.append(x)
     return tuple(cast), loop[ufunc.nin] if ufunc.nout == 1 else None
 
