@@ -37,6 +37,30 @@ class dtype:
         # bool < integer < floating: the order PyTorch promotes across categories.
         self._category = {"b": 0, "u": 1, "i": 1, "f": 2}[self.np.kind]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype, which numpy reads from any object's ``.dtype``: so numpy takes a symgrad dtype
+        wherever it takes a dtype (``np.zeros(3, dtype=x.dtype)``, ``np.finfo(x.dtype)``)."""
+        return self.np
+
+    def __eq__(self, other) -> bool:
+        """Identity among symgrad dtypes; equal to the numpy dtype it stands for (``x.dtype == np.float32``,
+        ``x.dtype == "float32"``), as numpy code compares an array's dtype."""
+        if isinstance(other, dtype):
+            return self is other
+        if other is None or isinstance(other, (int, float)) or other is builtins.float or other is builtins.int:
+            return False   # np.dtype(None) and np.dtype(float) would read these as float64
+        try:
+            return self.np == np.dtype(other)
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __ne__(self, other) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return "symgrad." + self.name
 

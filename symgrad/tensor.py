@@ -305,15 +305,18 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
-        try:
-            _concrete(self, "numpy.asarray(tensor)")
-        except Exception:
+        rec = _registry._recorder
+        if rec is not None and rec.is_traced(self):
             _refuse_scipy_function()   # a scipy.special function converting its argument: name it
-            raise
+            rec.refuse(f"numpy.array/numpy.asarray of a traced value (in {_array_caller()}; a list of tensors "
+                       "given to a numpy function is converted this way too) would take it out of the graph: "
+                       "to combine values into one array use np.stack([...]) or np.concatenate([...]), which "
+                       "keep the graph")
         if self.requires_grad and _GRAD_MODE.enabled:
             _refuse_scipy_function()
             # a numpy array made of this tensor would silently drop its graph
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad: numpy.array/asarray of it "
+            raise RuntimeError(f"Can't call numpy() on Tensor that requires grad: numpy.array/asarray of it (in "
+                               f"{_array_caller()}) "
                                "would drop its gradient. To combine tensors use symgrad.stack or np.stack "
                                "(which keep the graph); to read the values use tensor.detach().numpy().")
         if dtype is not None and np.dtype(dtype) != self._data.dtype:
@@ -423,6 +426,33 @@ def _concrete(t: Tensor, what: str) -> None:
     rec = _registry._recorder
     if rec is not None:
         rec.check_concrete(t, what)
+
+
+def _array_caller() -> str:
+    """``module.function`` of the innermost Python frame outside symgrad: who turned a tensor into an
+    array (the user's code, or a library function such as scipy.special.logsumexp)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("symgrad"):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+
+    def installed(f) -> bool:
+        return "-packages" in f.f_code.co_filename
+
+    def package(f) -> str:
+        return f.f_globals.get("__name__", "?").split(".")[0]
+
+    # inside an installed library, name its outermost function the caller called (scipy's logsumexp,
+    # not the private helper that ran asarray)
+    while installed(frame) and frame.f_back is not None and installed(frame.f_back) and \
+            package(frame.f_back) == package(frame):
+        frame = frame.f_back
+    module = ".".join(p for p in frame.f_globals.get("__name__", "?").split(".") if not p.startswith("_")) \
+        if installed(frame) else frame.f_globals.get("__name__", "?")
+    return f"{module}.{frame.f_code.co_name}"
 
 
 def _rebuild(data, requires_grad):

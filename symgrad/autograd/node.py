@@ -286,6 +286,8 @@ class FormulaNode(Node):
                     v.check(self, name)
                     items.append(v.unpack_tensor(self) if create_graph else v.unpack_array())
                 env[name] = items
+            elif isinstance(value, _Tensor):  # a Tensor subclass (a numpy-face value saved during a trace)
+                env[name] = value if create_graph else value._data
             else:
                 env[name] = value
         return env
@@ -377,7 +379,10 @@ class FusedBackward:
                           f"        {p} = {p} if create_graph else {p}._data",
                           f"    elif {p}.__class__ is SavedVariable_:",
                           f"        {p}.check(node_, {p!r})",
-                          f"        {p} = {p}.unpack_tensor(node_) if create_graph else {p}.unpack_array()"]
+                          f"        {p} = {p}.unpack_tensor(node_) if create_graph else {p}.unpack_array()",
+                          # a Tensor subclass (a numpy-face value saved during a trace)
+                          f"    elif not create_graph and isinstance({p}, Tensor_):",
+                          f"        {p} = {p}._data"]
             else:
                 lines.append(f"    {p} = saved_[{p!r}]")
         lines.append("    next_ = node_._next")

@@ -69,7 +69,8 @@ def autodiff(graph: Graph, wrt: Sequence[int] | None = None, *, simplify: bool =
 
     names = [v.name for v in graph.placeholders] + [f"tangent_{k}" for k in range(len(tangents))]
     requires = [i in wrt for i in range(n)] + [False] * len(tangents)
-    traced = trace(joint, *graph.example_inputs, *tangents, names=names, requires_grad=requires)
+    traced = trace(joint, *graph.example_inputs, *tangents, names=names, requires_grad=requires,
+                   numpy_face=False)
     joint_graph = JointGraph.of(traced, n_primals=n, n_forward_outputs=len(graph.outputs), wrt=wrt,
                                 diff_outputs=diff_outputs)
     if simplify:
@@ -146,7 +147,7 @@ def value_and_grad_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Join
     def fixed(*primals):
         return tuple(replay(joint, list(primals) + [Tensor._wrap(o) for o in ones]))
 
-    traced = trace(fixed, *graph.example_inputs, names=[v.name for v in graph.placeholders])
+    traced = trace(fixed, *graph.example_inputs, names=[v.name for v in graph.placeholders], numpy_face=False)
     out = JointGraph.of(traced, n_primals=n, n_forward_outputs=joint.n_forward_outputs, wrt=joint.wrt,
                         diff_outputs=joint.diff_outputs)
     return simplify_graph(out)

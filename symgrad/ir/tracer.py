@@ -27,7 +27,8 @@ import numpy as np
 from ..autograd.grad_mode import STATE
 from ..dtypes import from_numpy_dtype
 from ..ops import registry
-from ..tensor import Tensor
+from ..ops.numpy_surface.face import make_numpy_face
+from ..tensor import Tensor, is_numpy_face
 from .decompositions import DECOMPOSITIONS
 from .graph import Graph, IndexRef, Value
 
@@ -95,6 +96,8 @@ class Tracer:
         so the enclosing function can differentiate through that gradient."""
         alias = Tensor._wrap(t._data)
         alias.requires_grad_(True)
+        if is_numpy_face(t):
+            make_numpy_face(alias)
         self.bind(alias, self._as_value(t))
         return alias
 
@@ -166,9 +169,12 @@ class Tracer:
         node = self.graph.add_node(op.key, rec, specs, name=op.name, rule=elementwise)
         if not STATE.enabled:
             node.meta["no_grad"] = True
+        face = _any_numpy_face(args)
         for t, v in zip(outputs, node.outputs):
             self.bind(t, v)
             self._arrays[id(t._data)] = (t._data, v)
+            if face:
+                make_numpy_face(t)
 
     def _decompose(self, decompose, args: tuple, output: Tensor) -> bool:
         """Record ``decompose(*args)`` (its ops record themselves) as the value of ``output``."""
@@ -180,6 +186,8 @@ class Tracer:
             raise AssertionError(f"a decomposition gives {v.type_str} for {output.dtype}{list(output.shape)}")
         self.bind(output, v)
         self._arrays[id(output._data)] = (output._data, v)
+        if _any_numpy_face(args):
+            make_numpy_face(output)
         return True
 
     def alias(self, new: Tensor, old: Tensor, op: str) -> None:
@@ -189,6 +197,8 @@ class Tracer:
         src = self._as_value(old)
         node = self.graph.add_node(op, (src,), [(src.dtype, src.shape)], name=op)
         self.bind(new, node.output)
+        if is_numpy_face(old):
+            make_numpy_face(new)
 
     def rebind(self, t: Tensor, result: Tensor) -> None:
         """An in-place op made ``t`` hold ``result``'s value."""
@@ -230,6 +240,16 @@ class Tracer:
                 "data-dependent choices, or pass the value as a Python number.")
 
 
+def _any_numpy_face(args) -> bool:
+    """Whether an op's arguments include a numpy-face value (its results then follow numpy too)."""
+    for a in args:
+        if a.__class__ is Tensor:
+            continue
+        if is_numpy_face(a) or (isinstance(a, (list, tuple)) and any(is_numpy_face(x) for x in a)):
+            return True
+    return False
+
+
 def _flatten_outputs(out) -> tuple[list, str]:
     if isinstance(out, Tensor):
         return [out], "single"
@@ -255,10 +275,13 @@ def _arg_names(fn: Callable, n: int) -> list[str]:
 
 
 def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
-          requires_grad: Sequence[bool] | None = None, decompose: bool = True) -> Graph:
+          requires_grad: Sequence[bool] | None = None, decompose: bool = True, numpy_face: bool = True) -> Graph:
     """Trace ``fn`` on example inputs (numpy arrays, Tensors or numbers) into a :class:`Graph`.
 
     Arrays and Tensors become placeholders; Python numbers are constants of the trace.
+    With ``numpy_face`` (the default), placeholders made from numpy arrays follow numpy's semantics
+    (methods, promotion: see :mod:`symgrad.ops.numpy_surface.face`), as do the values computed from
+    them; placeholders made from Tensors follow PyTorch's.  Internal re-traces of graphs pass False.
     ``requires_grad[i]`` makes input ``i`` require grad while tracing (autodiff uses it).
     ``decompose`` records the ops of :mod:`symgrad.ir.decompositions` as their primitives.
 
@@ -279,6 +302,8 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         from_numpy_dtype(t._data.dtype)  # a clear error for unsupported dtypes
         if requires_grad is not None and requires_grad[i] and t._data.dtype.kind == "f":
             t.requires_grad_(True)
+        if numpy_face and not isinstance(a, Tensor):
+            make_numpy_face(t)
         v = graph.add_placeholder(name, t.dtype, t._data.shape)
         tracer.bind(t, v)
         tracer.inputs.append((t, v))

@@ -15,20 +15,23 @@ back an ndarray with the graph dropped.
 >>> y.backward(); x.grad
 tensor([1.5729, 1.2599], dtype=symgrad.float64)
 
-Dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.
+On Tensors dtypes follow PyTorch: ``np.float64(2.0) * float32_tensor`` stays float32.  Values traced
+for a function given numpy arrays follow numpy instead (:mod:`symgrad.ops.numpy_surface.face`).
 """
 
 from __future__ import annotations
 
 import builtins
+import difflib
 import numbers
 import sys
 
 import numpy as np
 
 from .. import dtypes as _dt
-from ..tensor import Tensor
+from ..tensor import Tensor, is_numpy_face
 from . import functional as F
+from . import registry
 
 __all__ = ["array_ufunc", "array_function", "install", "supported_ufuncs", "supported_functions"]
 
@@ -40,21 +43,62 @@ _NOT_GIVEN = object()
 _OPERAND_TYPES = (Tensor, np.ndarray, np.generic, numbers.Number, list, tuple)
 
 
+def _public_module(mod: str) -> str:
+    """``numpy._core.fromnumeric`` -> ``numpy``, ``scipy.special._logsumexp`` -> ``scipy.special``:
+    the module a user imports the function from, not the private one that defines it."""
+    parts = []
+    for part in mod.split("."):
+        if part.startswith("_"):
+            break
+        parts.append(part)
+    return ".".join(parts) or mod
+
+
 def _numpy_name(func) -> str:
-    """``numpy.sum``, ``numpy.linalg.norm``: the public name, not the private defining module."""
+    """``numpy.sum``, ``numpy.linalg.norm``, ``scipy.special.expit``: the public name, module included."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if isinstance(func, np.ufunc):
+        # ufuncs carry no __module__: find the public module that exports this very object
+        if getattr(np, name, None) is func:
+            return f"numpy.{name}"
+        for mod in ("scipy.special",):
+            module = sys.modules.get(mod)
+            if module is not None and getattr(module, name, None) is func:
+                return f"{mod}.{name}"
+        return f"the ufunc {name}"
     mod = getattr(func, "__module__", None) or "numpy"
-    special = sys.modules.get("scipy.special")
-    if isinstance(func, np.ufunc) and special is not None and getattr(special, func.__name__, None) is func \
-            and getattr(np, func.__name__, None) is not func:
-        return f"scipy.special.{func.__name__}"     # scipy's ufuncs carry no module of their own
-    if mod == "numpy" or mod.startswith("numpy._") or not mod.startswith("numpy"):
-        mod = "numpy"
-    return f"{mod}.{func.__name__}"
+    return f"{_public_module(mod)}.{name}"
 
 
-def _unsupported(what: str, why: str = "") -> TypeError:
-    return TypeError(f"symgrad: {what} is not supported on symgrad tensors{why}; use the symgrad op instead, "
-                     f"or t.detach().numpy() if no gradient is needed")
+# numpy names whose symgrad (PyTorch) function of the same name does something else: never suggested
+_OTHER_MEANING_IN_SYMGRAD = frozenset({"select", "repeat", "sort", "split", "max", "min", "flip", "diag"})
+
+
+def _suggestions(name: str) -> str:
+    """What exists instead of the unsupported ``name`` (``numpy.cumsum``): the symgrad function of that
+    name when there is one, and supported numpy functions with similar names; empty when neither."""
+    bare = name.rsplit(".", 1)[-1]
+    hints = []
+    op = getattr(F, bare, None)
+    if callable(op) and not bare.startswith("_") and bare not in _OTHER_MEANING_IN_SYMGRAD and \
+            getattr(op, "__module__", "").startswith("symgrad"):
+        hints.append(f"symgrad.{bare} computes it with a gradient (PyTorch's arguments: dim rather than axis)")
+    supported = {}
+    for f in (*_FUNCTIONS, *_UFUNCS):
+        full = _numpy_name(f)
+        supported.setdefault(full.rsplit(".", 1)[-1], full)
+    supported.pop(bare, None)
+    close = difflib.get_close_matches(bare, sorted(supported), n=3, cutoff=0.75)
+    if close:
+        hints.append("supported with similar names: " + ", ".join(supported[c] for c in close))
+    return "; ".join(hints)
+
+
+def _unsupported(what: str, why: str = "", suggest: bool = False) -> TypeError:
+    hint = _suggestions(what) if suggest else ""
+    return TypeError(f"symgrad: {what} is not supported on symgrad tensors{why}; "
+                     + (f"{hint}; or use " if hint else "use ")
+                     + "t.detach().numpy() if no gradient is needed")
 
 
 # --- ufuncs ---------------------------------------------------------------------------------
@@ -62,7 +106,18 @@ def _unsupported(what: str, why: str = "") -> TypeError:
 
 def _bool_from_data(np_ufunc):
     # isnan & co. only inspect values: their result is a bool tensor, nothing to differentiate.
-    return lambda x: Tensor._wrap(np.asarray(np_ufunc(F.as_tensor(x)._data)))
+    def handler(x):
+        t = F.as_tensor(x)
+        rec = registry._recorder
+        if rec is not None and rec.is_traced(t):
+            # computed from the data, the result would be a constant of the trace: a compiled function
+            # would answer for the example inputs on every later call
+            rec.refuse(f"numpy.{np_ufunc.__name__} of a traced value is not supported in a compiled function "
+                       "(symgrad has no op for it yet); compute it outside the function and pass the mask "
+                       "as an argument")
+        return Tensor._wrap(np.asarray(np_ufunc(t._data)))
+
+    return handler
 
 
 def _symmetric(fn):
@@ -86,6 +141,14 @@ _UFUNCS = {
 }
 if getattr(np, "true_divide", np.divide) is not np.divide:  # an alias in numpy 2, its own ufunc before
     _UFUNCS[np.true_divide] = F.div
+
+# ufunc methods and the supported call that computes the same thing (for the error message)
+_UFUNC_METHOD_EQUIVALENTS = {
+    ("add", "reduce"): "numpy.sum(x, axis=0)", ("multiply", "reduce"): "numpy.prod(x, axis=0)",
+    ("maximum", "reduce"): "numpy.max(x, axis=0)", ("minimum", "reduce"): "numpy.min(x, axis=0)",
+    ("add", "outer"): "x[:, None] + y[None, :]", ("multiply", "outer"): "x[:, None] * y[None, :]",
+    ("subtract", "outer"): "x[:, None] - y[None, :]",
+}
 
 # Keyword arguments that change nothing when they have numpy's default value.
 _UFUNC_DEFAULTS = {"casting": "same_kind", "order": "K", "subok": True, "dtype": None, "signature": None}
@@ -114,7 +177,9 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         # np.add.at, np.maximum.reduce, np.add.outer, ...: registered by the numpy_surface families
         handler = _UFUNC_METHODS.get((ufunc, method))
         if handler is None:
-            raise _unsupported(f"{name}.{method}", f" (ufunc methods that are: {_ufunc_method_names()})")
+            instead = _UFUNC_METHOD_EQUIVALENTS.get((ufunc.__name__, method))
+            raise _unsupported(f"{name}.{method}", f" (ufunc methods that are: {_ufunc_method_names()}" +
+                               (f"; {instead} computes the same with a gradient)" if instead else ")"))
         return handler(*inputs, **kwargs)
     out = kwargs.pop("out", None)
     if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
@@ -127,8 +192,15 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
             raise _unsupported(f"{name} with {key}={value!r}")
     fn = _UFUNCS.get(ufunc)
     if fn is None:
-        raise _unsupported(name)
-    return fn(*(_nested(x) if isinstance(x, (list, tuple)) and _has_tensor(x) else x for x in inputs))
+        raise _unsupported(name, suggest=True)
+    out_dtype = None
+    if any(is_numpy_face(x) for x in inputs):  # numpy's promotion for numpy-face values (NEP 50)
+        from .numpy_surface.face import promote_operands
+        inputs, out_dtype = promote_operands(ufunc, inputs)
+    result = fn(*(_nested(x) if isinstance(x, (list, tuple)) and _has_tensor(x) else x for x in inputs))
+    if out_dtype is not None and isinstance(result, Tensor) and result._data.dtype != out_dtype:
+        result = F.to(result, _dt.from_numpy_dtype(out_dtype))
+    return result
 
 
 def _has_tensor(seq) -> bool:
@@ -178,24 +250,41 @@ def _axis(axis):
     return int(axis)
 
 
+def _dtype_arg(dtype, t):
+    """A numpy function's ``dtype=`` as numpy reads it on a numpy-face value (``float`` is float64, not
+    PyTorch's default dtype); unchanged otherwise."""
+    if dtype is None or isinstance(dtype, _dt.dtype) or not is_numpy_face(t):
+        return dtype
+    return _dt.from_numpy_dtype(np.dtype(dtype))
+
+
 def _float_for_mean(t: Tensor) -> Tensor:
-    # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast to the default float dtype.
-    return t if t.is_floating_point() else F.to(t, _dt.get_default_dtype())
+    # numpy averages integers into floats; symgrad (like PyTorch) refuses, so cast: to float64 on a
+    # numpy-face value (numpy's own result), to the default float dtype on a PyTorch-face one.
+    if t.is_floating_point():
+        return t
+    return F.to(t, _dt.float64 if is_numpy_face(t) else _dt.get_default_dtype())
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
     _reject("sum", out=out, initial=initial, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
+    if dtype is not None:
+        # numpy accumulates in dtype (float32 summed with dtype=float64 sums float64 values); symgrad's
+        # sum(dtype=) rounds the float32 sum and then casts, so cast first
+        t = F.to(t, dtype)
     if axis == ():  # numpy: reduce over no axis at all
-        return t if dtype is None else F.to(t, dtype)
+        return t
     if axis is None and not keepdims:
-        return F.sum(t, dtype=dtype)
-    return F.sum(t, axis, bool(keepdims), dtype=dtype)
+        return F.sum(t)
+    return F.sum(t, axis, bool(keepdims))
 
 
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NOT_GIVEN):
     _reject("mean", out=out, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
     t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
     if axis == ():
         return t
@@ -207,6 +296,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NOT_GIVE
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOT_GIVEN, where=_NOT_GIVEN):
     _reject("prod", out=out, initial=initial, where=where)
     t, axis = F.as_tensor(a), _axis(axis)
+    dtype = _dtype_arg(dtype, t)
     if dtype is not None:
         t = F.to(t, dtype)
     if axis is None:
@@ -243,6 +333,7 @@ def _spread(name: str):
             raise ValueError(f"numpy.{name}: ddof and correction can't be provided simultaneously.")
         correction = ddof if correction is _NOT_GIVEN else correction
         t = F.as_tensor(a)
+        dtype = _dtype_arg(dtype, t)
         t = F.to(t, dtype) if dtype is not None else _float_for_mean(t)
         return fn(t, _axis(axis), keepdim=bool(keepdims), correction=correction)
 
@@ -265,6 +356,10 @@ def _where(condition, x=_NOT_GIVEN, y=_NOT_GIVEN):
         return _nonzero(condition)
     if x is _NOT_GIVEN or y is _NOT_GIVEN:
         raise ValueError("either both or neither of x and y should be given")
+    if is_numpy_face(condition) or is_numpy_face(x) or is_numpy_face(y):  # numpy's promotion of x and y
+        from .numpy_surface.face import cast_to, result_dtype
+        dtype = result_dtype(x, y)
+        x, y = cast_to(x, dtype), cast_to(y, dtype)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         x = F.as_tensor(x)  # only the condition was a tensor
     return F.where(condition, x, y)
@@ -281,6 +376,10 @@ def _clip(a, a_min=_NOT_GIVEN, a_max=_NOT_GIVEN, out=None, *, min=_NOT_GIVEN, ma
     lo, hi = (None if v is _NOT_GIVEN or v is None else v if F._is_number(v) else F.as_tensor(v) for v in (lo, hi))
     if lo is None and hi is None:
         return F.as_tensor(a)  # numpy 2.1+: clip with no bounds is the identity
+    if is_numpy_face(a) or is_numpy_face(lo) or is_numpy_face(hi):  # numpy's promotion (int array, float bound)
+        from .numpy_surface.face import cast_to, result_dtype
+        dtype = result_dtype(a, lo, hi)
+        a, lo, hi = cast_to(a, dtype), cast_to(lo, dtype), cast_to(hi, dtype)
     return F.clamp(a, lo, hi)
 
 
@@ -330,19 +429,43 @@ def _squeeze(a, axis=None):
     return F.squeeze(t, axes) if axes else t
 
 
+def _sequence_items(arrays, name: str) -> list[Tensor]:
+    """The elements of the sequence given to numpy.concatenate / numpy.stack, as tensors (each stays
+    in the graph).  Next to a numpy-face value, numbers and lists become arrays as numpy makes them
+    (``[1.0]`` is float64), not as PyTorch's default dtype would."""
+    if isinstance(arrays, Tensor):
+        items = list(arrays)   # numpy iterates an array over its first axis
+    else:
+        try:
+            items = list(arrays)
+        except TypeError:
+            raise TypeError(f"numpy.{name}: expected a sequence of arrays, got {type(arrays).__name__}") from None
+    if not items:
+        raise ValueError(f"numpy.{name}: need at least one array to {name}")
+    face = any(is_numpy_face(x) for x in items)
+    return [x if isinstance(x, Tensor) else F.as_tensor(np.asarray(x) if face else x) for x in items]
+
+
 def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _reject("concatenate", out=out)
-    ts = [F.as_tensor(x) for x in arrays]
+    ts = _sequence_items(arrays, "concatenate")
+    if axis is not None and any(t.ndim == 0 for t in ts):
+        raise ValueError("numpy.concatenate: zero-dimensional arrays cannot be concatenated; "
+                         "use numpy.stack to join scalars into an array")
     if axis is None:
         ts, axis = [F.reshape(x, (-1,)) for x in ts], 0
     result = F.cat(ts, axis)
-    return result if dtype is None else F.to(result, dtype)
+    return result if dtype is None else F.to(result, _dtype_arg(dtype, result))
 
 
 def _stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _reject("stack", out=out)
-    result = F.stack([F.as_tensor(x) for x in arrays], axis)
-    return result if dtype is None else F.to(result, dtype)
+    items = _sequence_items(arrays, "stack")
+    if len({tuple(t.shape) for t in items}) > 1:
+        raise ValueError(f"numpy.stack: all input arrays must have the same shape, got "
+                         f"{[tuple(t.shape) for t in items]}; numpy.concatenate joins arrays of different lengths")
+    result = F.stack(items, axis)
+    return result if dtype is None else F.to(result, _dtype_arg(dtype, result))
 
 
 def _broadcast_to(array, shape, subok=False):
@@ -375,10 +498,19 @@ def _constant_like(fill):
     # the result depends on the input's shape and dtype only, so it is a fresh leaf
     def handler(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
         t = F.as_tensor(a)
-        d = t._data.dtype if dtype is None else _dt.to_dtype(dtype).np
-        return Tensor._wrap(np.full(t.shape if shape is None else shape, fill, dtype=d))
+        d = t._data.dtype if dtype is None else np.dtype(dtype) if is_numpy_face(t) else _dt.to_dtype(dtype).np
+        return _same_face(Tensor._wrap(np.full(t.shape if shape is None else shape, fill, dtype=d)), t)
 
     return handler
+
+
+def _same_face(result: Tensor, like) -> Tensor:
+    """``result`` (made from data, not by an op) on the face of ``like``: np.zeros_like of a numpy-face
+    value promotes as numpy does afterwards."""
+    if is_numpy_face(like):
+        from .numpy_surface.face import make_numpy_face
+        make_numpy_face(result)
+    return result
 
 
 def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
@@ -468,7 +600,7 @@ def array_function(self, func, types, args, kwargs):
         return NotImplemented
     handler = _FUNCTIONS.get(func)
     if handler is None:
-        raise _unsupported(_numpy_name(func))
+        raise _unsupported(_numpy_name(func), suggest=True)
     return handler(*args, **kwargs)
 
 

@@ -2,4 +2,4 @@
 :mod:`symgrad.ops.numpy_dispatch`: one module per family, each registering its handlers with
 :func:`~symgrad.ops.numpy_dispatch.numpy_functions` / :func:`~symgrad.ops.numpy_dispatch.numpy_ufuncs`."""
 
-from . import elementwise, linalg, reductions, shape  # noqa: F401 - registration on import
+from . import elementwise, face, linalg, reductions, shape  # noqa: F401 - registration on import
