@@ -239,7 +239,7 @@ def leaf(values):
 @pytest.mark.parametrize("call,name", [
     (lambda t: scipy.special.j0(t), "scipy.special.j0"),
     (lambda t: scipy.special.erfcx(t), "scipy.special.erfcx"),
-    (lambda t: np.linalg.pinv(t[None]), "numpy.linalg.pinv"),
+    (lambda t: np.linalg.eig(np.outer(t, t)), "numpy.linalg.eig"),
     (lambda t: np.fft.fft(t), "numpy.fft.fft"),
     (lambda t: np.polyval(t, 2.0), "numpy.polyval"),
 ])
@@ -263,9 +263,9 @@ def test_public_names_of_numpy_and_scipy_functions(func, name):
 
 
 def test_a_symgrad_function_of_the_same_name_is_suggested_only_when_it_exists():
-    with pytest.raises(TypeError, match=r"numpy[.]fix is not supported.*symgrad[.]fix computes it"):
-        np.fix(leaf([1.5, -2.5]))
-    assert hasattr(symgrad, "fix")
+    from symgrad.ops.numpy_dispatch import _suggestions
+    assert "symgrad.logsumexp computes it" in _suggestions("numpy.logsumexp")
+    assert "symgrad.frobnicate" not in _suggestions("numpy.frobnicate")
     with pytest.raises(TypeError) as info:      # symgrad.select is PyTorch's select(dim, index), not np.select
         np.select([symgrad.tensor([True, False])], [leaf([1.0, 2.0])])
     assert "symgrad.select" not in str(info.value)
@@ -275,13 +275,13 @@ def test_a_symgrad_function_of_the_same_name_is_suggested_only_when_it_exists():
 
 
 def test_close_supported_names_are_suggested():
-    with pytest.raises(TypeError, match=r"numpy[.]log10 is not supported.*similar names: .*numpy[.]log\b"):
-        np.log10(leaf([0.1, 0.2]))
+    with pytest.raises(TypeError, match=r"numpy[.]nancumsum is not supported.*similar names: .*numpy[.]cumsum"):
+        np.nancumsum(leaf([0.1, 0.2]))
 
 
-def test_ufunc_methods_name_an_equivalent():
-    with pytest.raises(TypeError, match=r"numpy[.]subtract[.]outer .*x\[:, None\] - y\[None, :\]"):
-        np.subtract.outer(leaf([0.1, 0.2]), leaf([0.3]))
+def test_unsupported_ufunc_methods_list_the_supported_ones():
+    with pytest.raises(TypeError, match=r"numpy[.]add[.]reduceat .*ufunc methods that are: .*numpy[.]add[.]reduce\b"):
+        np.add.reduceat(leaf([0.1, 0.2, 0.3]), [0, 2])
 
 
 # --- sequences of tensors -------------------------------------------------------------------------
@@ -321,7 +321,13 @@ def test_list_elements_next_to_numpy_face_values_are_numpy_arrays():
     np.testing.assert_allclose(got, want)
 
 
-@pytest.mark.parametrize("predicate", [np.isnan, np.isinf, np.isfinite])
+def test_isnan_of_traced_values_is_an_op_that_follows_each_call():
+    f = symgrad.compile(lambda x: np.where(np.isnan(x), 0.0, x).sum())
+    assert f(np.array([1.0, np.nan, 3.0])).item() == 4.0
+    assert f(np.array([np.nan, 2.0, np.nan])).item() == 2.0
+
+
+@pytest.mark.parametrize("predicate", [np.isinf, np.isfinite])
 def test_value_predicates_of_traced_values_are_refused_not_frozen(predicate):
     """np.isnan of a traced value was computed from the example data and became a constant: the compiled
     function answered 4.0 for [nan, 2, nan] after tracing on [1, nan, 3].  Refused until an op exists."""

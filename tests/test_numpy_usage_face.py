@@ -9,6 +9,8 @@ numpy's meaning applies, and is checked against numpy's values and finite differ
 import numpy as np
 from numpy_usage import Usage, check, params
 
+import symgrad
+
 
 def mat(rng, shape=(3, 4)):
     return (rng.standard_normal(shape),)
@@ -144,3 +146,17 @@ ROWS = [
 @params(ROWS)
 def test_usage(usage):
     check(usage)
+
+
+def test_bitwise_ufuncs_and_row_stack_run_on_tensors():
+    a, b = symgrad.tensor([12, -8, 3]), symgrad.tensor([10, 3, 1])
+    for ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.left_shift, np.right_shift):
+        assert ufunc(a, b).tolist() == ufunc(a.numpy(), b.numpy()).tolist()
+    assert np.invert(a).tolist() == np.invert(a.numpy()).tolist()
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    if hasattr(np, "row_stack"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            y = np.row_stack([x, x * 2])
+        assert y.shape == (2, 2) and y.grad_fn is not None

@@ -570,8 +570,8 @@ def test_writes_through_a_view_are_refused_when_tracing(how):
 
 # 2h. unsupported ops and data-dependent control flow
 
-@pytest.mark.parametrize("fn,name", [(lambda x: np.linalg.inv(x).sum(), "numpy.linalg.inv"),
-                                     (lambda x: np.sort(x).sum(), "numpy.sort"),
+@pytest.mark.parametrize("fn,name", [(lambda x: np.linalg.eig(x)[0].sum(), "numpy.linalg.eig"),
+                                     (lambda x: np.nanprod(x).sum(), "numpy.nanprod"),
                                      (lambda x: np.fft.fft(x).sum(), "numpy.fft.fft")])
 def test_unsupported_numpy_functions_are_named(fn, name):
     with pytest.raises(TypeError, match=f"symgrad: {name} is not supported on symgrad tensors"):

@@ -82,4 +82,14 @@ def _attach_methods() -> None:
             setattr(Tensor, name, fn)
 
 
+
+# bitwise ufuncs: the ops behind &, |, ^, ~, <<, >> (integers and bools; numpy's TypeError on floats is
+# torch's RuntimeError here, naming the op)
+numpy_ufuncs(np.bitwise_and)(F.bitwise_and)
+numpy_ufuncs(np.bitwise_or)(F.bitwise_or)
+numpy_ufuncs(np.bitwise_xor)(F.bitwise_xor)
+numpy_ufuncs(np.left_shift)(F.bitwise_left_shift)
+numpy_ufuncs(np.right_shift)(F.bitwise_right_shift)
+numpy_ufuncs(np.invert)(F.bitwise_not)
+
 _attach_methods()

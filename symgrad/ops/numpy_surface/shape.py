@@ -163,6 +163,8 @@ def _stacker(name: str, fn):
 
 
 numpy_functions(np.vstack)(_stacker("vstack", F.vstack))
+if hasattr(np, "row_stack"):   # the old name of vstack (deprecated in numpy 2)
+    numpy_functions(np.row_stack)(_stacker("vstack", F.vstack))
 numpy_functions(np.hstack)(_stacker("hstack", F.hstack))
 numpy_functions(np.dstack)(_stacker("dstack", F.dstack))
 
