@@ -66,6 +66,8 @@ KEYS = sorted(OPS)
 DIFFERENTIABLE = [k for k in KEYS if OPS[k].rule.formulas]
 # the traced gradient of prod depends on where the zeros are: autodiff refuses it on purpose
 NO_TRACED_GRADIENT = {"prod", "prod.dim_int"}
+# ops whose result's shape depends on values (tag shape_from_values): the tracer refuses them
+SHAPE_FROM_VALUES = {"bincount"}
 BACKEND = "numba"
 
 
@@ -373,7 +375,7 @@ def _specs(keys, first_variant_only=False) -> list[tuple]:
     return out
 
 
-F64_SPECS = _specs([k for k in DIFFERENTIABLE if k not in NO_TRACED_GRADIENT])
+F64_SPECS = _specs([k for k in DIFFERENTIABLE if k not in NO_TRACED_GRADIENT | SHAPE_FROM_VALUES])
 F32_SPECS = _specs(FLOAT32_KEYS, first_variant_only=True)
 
 _CACHE: dict = {}
@@ -456,6 +458,16 @@ def test_prod_compile_raises_trace_error(key, variant, index_inputs):
         compiled(*args)
 
 
+@pytest.mark.parametrize("key", sorted(SHAPE_FROM_VALUES))
+def test_ops_whose_shape_comes_from_values_are_refused_when_traced(key):
+    """Recorded with the traced call's shape, a later call with other values would misshape the graph."""
+    case = Case(key, 0, symgrad.float64, True)
+    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND)
+    _, args = _batch_inputs([case], "example")
+    with pytest.raises(symgrad.TraceError, match=f"{key}: its result's shape depends on the input values"):
+        compiled(*args)
+
+
 @pytest.mark.parametrize("group", sorted(set(GROUPS) | {"other"}))
 def test_group_batch_fails_only_where_a_case_fails_alone(group):
     """A batch that fails while each of its cases passes alone would be a bug of the combination
@@ -466,7 +478,7 @@ def test_group_batch_fails_only_where_a_case_fails_alone(group):
 
 def test_every_op_is_covered_and_the_float32_subset_is_differentiable():
     assert set(FLOAT32_KEYS) <= set(DIFFERENTIABLE)
-    assert {s[0] for s in F64_SPECS} | NO_TRACED_GRADIENT >= set(DIFFERENTIABLE)
+    assert {s[0] for s in F64_SPECS} | NO_TRACED_GRADIENT | SHAPE_FROM_VALUES >= set(DIFFERENTIABLE)
 
 
 @pytest.mark.parametrize("key,variant,index_inputs", _params(F32_SPECS))

@@ -542,10 +542,15 @@ def _evaluate(f, names, values, grad):
     return np.broadcast_to(np.asarray(out, dtype=np.float64), np.shape(grad))
 
 
+# Formulas equal to sympy's derivative on the op's real domain only (torch's form of acosh's derivative,
+# 1/sqrt(x**2 - 1), is sympy's 1/(sqrt(x - 1)*sqrt(x + 1)) for x >= 1): compared at the samples.
+_EQUAL_ON_THE_DOMAIN = {"acosh"}
+
+
 @pytest.mark.parametrize("key,name", [pytest.param(k, n, id=f"{k}-{n}") for k, n in ELEMENTWISE_FORMULAS])
 def test_elementwise_formula_matches_sympy_diff(key, name):
     elementwise, expected, actual = _expected_and_actual(key, name)
-    if not _has_ties(expected, actual, elementwise):
+    if not _has_ties(expected, actual, elementwise) and key not in _EQUAL_ON_THE_DOMAIN:
         diff = sympy.simplify(sympy.expand_func(actual - expected))  # expand_func: expm1 -> exp - 1
         assert diff == 0, (f"{key}: formula for {name!r} is {actual}, but grad * d/d{name}({elementwise}) is "
                            f"{sympy.simplify(expected)} (difference {diff})")

@@ -162,6 +162,10 @@ class Tracer:
         decompose = self.decompositions.get(op.key)
         if decompose is not None and len(outputs) == 1 and self._decompose(decompose, args, outputs[0]):
             return
+        if "shape_from_values" in op.rule.tags:
+            self.refuse(f"{op.key}: its result's shape depends on the input values, which a compiled function "
+                        f"cannot record; call the public function (symgrad.{op.name} or its numpy form), which "
+                        f"fixes the shape when traced, or call it outside the compiled function")
         schema_args = op.rule.schema.args
         rec = tuple(self._arg(a, spec) for a, spec in zip(args, schema_args))
         specs = [(o.dtype, tuple(o._data.shape)) for o in outputs]

@@ -23,6 +23,9 @@ Every backend reads these instead of keeping its own list of op names.  The tags
 ``reduce_sum``, ``reduce_mean``, ``reduce_amax``, ``reduce_amin``
     The output is that reduction of input 0, over all dims or, when the schema has a ``dim``
     argument, over those dims (with ``keepdim``).  At most one per entry.
+``shape_from_values``
+    The output's shape depends on the values of the inputs, not only on their shapes (``bincount``):
+    a graph, whose shapes are fixed when traced, cannot hold it, so the tracer refuses it.
 
 Besides the table's ops the IR has two nodes of its own (``detach``, ``constant``); their facts are
 :data:`IR_NODE_TAGS`.  User-registered ops may carry ``tags:`` in their YAML; pass ``lookup`` (an op's

@@ -42,6 +42,7 @@ TAGS = {
     "reduce_mean": "the output is the mean of input 0 over all dims, or over its `dim` argument",
     "reduce_amax": "the output is the maximum of input 0 over all dims, or over its `dim` argument",
     "reduce_amin": "the output is the minimum of input 0 over all dims, or over its `dim` argument",
+    "shape_from_values": "the output's shape depends on input values, not only shapes: a trace cannot record it",
 }
 METADATA_FUNCS = ("shape", "numel", "dtype")
 
