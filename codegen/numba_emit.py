@@ -203,6 +203,9 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             if id(grp) in emitted_groups:
                 continue
             emitted_groups.add(id(grp))
+            if not any(v in needed for v in grp.outputs) and \
+                    not any(o in needed for r in grp.reductions for o in r.outputs):
+                continue   # nothing the loop computes is used (a value computed and then dropped)
             k = len(kernels)
             in_parallel = _parallel_loop(grp, parallel) if block is None else False
             # a loop with many elementary functions keeps libm calls (bounded compile time and memory)

@@ -432,3 +432,16 @@ def test_float_ops_of_integer_and_bool_tensors_compute_in_the_default_float_dtyp
     got, want = getattr(symgrad, name)(symgrad.tensor(values)), getattr(torch, name)(torch.tensor(values))
     assert got.dtype == symgrad.float32
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [lambda x: (x + 1.0, x.sum())[1], lambda x: ((x + 1.0).sum(), (x * 3.0).sum())[1]],
+                         ids=["dropped_loop", "dropped_sum"])
+def test_a_value_computed_and_dropped_compiles(fn):
+    """The fused loop of an unused value was emitted with no outputs: invalid generated code."""
+    t = symgrad.tensor(np.arange(3.0), requires_grad=True)
+    out = symgrad.compile(fn)(t)
+    out.backward()
+    want_t = symgrad.tensor(np.arange(3.0), requires_grad=True)
+    want = fn(want_t)
+    want.backward()
+    assert out.item() == want.item() and t.grad.tolist() == want_t.grad.tolist()
