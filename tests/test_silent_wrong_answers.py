@@ -445,3 +445,14 @@ def test_a_value_computed_and_dropped_compiles(fn):
     want = fn(want_t)
     want.backward()
     assert out.item() == want.item() and t.grad.tolist() == want_t.grad.tolist()
+
+
+def test_sum_with_a_dtype_sums_in_that_dtype():
+    """sum(float32, dtype=float64) summed in float32 and then cast: 2e-7 relative off torch and numpy."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal(100001).astype(np.float32)
+    want = torch.sum(torch.tensor(x), dtype=torch.float64).item()
+    assert want == np.sum(x, dtype=np.float64)
+    assert symgrad.sum(symgrad.tensor(x), dtype=symgrad.float64).item() == want
+    assert symgrad.tensor(x[None]).sum(1, dtype=symgrad.float64).item() == want
+    assert symgrad.compile(lambda t: symgrad.sum(t, dtype=symgrad.float64))(symgrad.tensor(x)).item() == want

@@ -435,15 +435,16 @@ _add_reduce = np.add.reduce
 
 @forward("sum")
 def _sum_fwd(self, dtype=None):
+    if dtype is not None:   # summed in the requested dtype, as PyTorch does (not summed, then cast)
+        return np.asarray(np.sum(self, dtype=dtype.np))
     # ufunc.reduce skips np.sum's Python dispatch layer (a few us per call on small tensors)
-    out = _add_reduce(self, axis=None) if self.dtype.kind == "f" else np.sum(self)
-    return out if dtype is None else np.asarray(out).astype(dtype.np)
+    return _add_reduce(self, axis=None) if self.dtype.kind == "f" else np.sum(self)
 
 
 @forward("sum.dim_IntList")
 def _sum_dim_fwd(self, dim, keepdim=False, dtype=None):
-    out = np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim)
-    return out if dtype is None else np.asarray(out).astype(dtype.np)
+    return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim,
+                  dtype=None if dtype is None else dtype.np)
 
 
 @forward("mean", float_only=True)
