@@ -328,6 +328,16 @@ GROUPS = {
               "_to_copy", "clone", "zero_"],
     "indexing": ["select.int", "select_backward", "slice.Tensor", "slice_backward", "index.Tensor",
                  "index_put_add", "index_put", "copy_slices"],
+    # the numpy surface's ops, in batches small enough to compile quickly and to spread over workers
+    "numpy_unary": ["acos", "acosh", "asin", "asinh", "atanh", "cbrt", "ceil", "deg2rad", "erfc", "floor",
+                    "log10", "logit", "rad2deg", "round", "round.decimals", "sinc", "trunc"],
+    "numpy_special": ["digamma", "lgamma", "polygamma", "xlogy.Tensor", "special_xlog1py"],
+    "numpy_binary": ["atan2", "hypot", "logaddexp", "logaddexp2", "fmod.Scalar", "fmod.Tensor",
+                     "remainder.Scalar", "remainder.Tensor"],
+    "numpy_scans": ["cumsum", "cumsum_backward", "cumprod", "cumprod_backward", "flip", "keep_last_writes",
+                    "_bincount_fixed"],
+    "numpy_linalg": ["linalg_cholesky", "linalg_det", "linalg_eigh", "linalg_inv", "linalg_qr", "linalg_slogdet",
+                     "linalg_solve", "linalg_svd"],
 }
 GROUP_OF = {k: g for g, keys in GROUPS.items() for k in keys}
 

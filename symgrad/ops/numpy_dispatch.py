@@ -191,6 +191,10 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if key not in _UFUNC_DEFAULTS or not _same(value, _UFUNC_DEFAULTS[key]):
             raise _unsupported(f"{name} with {key}={value!r}")
     fn = _UFUNCS.get(ufunc)
+    if fn is None and _LATE_UFUNCS:
+        for register in _LATE_UFUNCS:
+            register()
+        fn = _UFUNCS.get(ufunc)
     if fn is None:
         raise _unsupported(name, suggest=True)
     out_dtype = None
@@ -554,6 +558,17 @@ def numpy_functions(*funcs):
         for f in funcs:
             _FUNCTIONS[f] = handler
         return handler
+    return register
+
+
+# Registrations of ufuncs from optional modules (scipy.special), run when an unknown ufunc first arrives,
+# so that importing symgrad does not import them.
+_LATE_UFUNCS: list = []
+
+
+def late_ufuncs(register):
+    """Decorator: ``register()`` registers ufuncs of an optional module; run on the first unknown ufunc."""
+    _LATE_UFUNCS.append(register)
     return register
 
 

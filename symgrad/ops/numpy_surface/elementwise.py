@@ -7,10 +7,12 @@ scipy stays optional.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .. import functional as F
-from ..numpy_dispatch import _reject, numpy_functions, numpy_ufuncs
+from ..numpy_dispatch import _reject, late_ufuncs, numpy_functions, numpy_ufuncs
 
 _SIMPLE = {
     np.arcsin: F.asin, np.arccos: F.acos, np.arcsinh: F.asinh, np.arccosh: F.acosh, np.arctanh: F.atanh,
@@ -50,9 +52,9 @@ def _round(a, decimals=0, out=None):
 
 
 def _register_scipy() -> None:
-    try:
-        import scipy.special as sc
-    except ImportError:  # scipy is optional
+    # called on the first ufunc symgrad does not know: a scipy ufunc on a tensor means scipy is imported
+    sc = sys.modules.get("scipy.special")
+    if sc is None:
         return
     ufuncs = {"expit": F.sigmoid, "logit": F.logit, "erf": F.erf, "erfc": F.erfc, "gammaln": F.lgamma,
               "digamma": F.digamma, "xlogy": F.xlogy, "frac": F.frac, "xlog1py": F.xlog1py}
@@ -62,7 +64,7 @@ def _register_scipy() -> None:
             numpy_ufuncs(ufunc)(fn)
 
 
-_register_scipy()
+late_ufuncs(_register_scipy)
 
 
 def _attach_methods() -> None:
