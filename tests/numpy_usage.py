@@ -29,7 +29,6 @@ import pytest
 
 import symgrad
 
-
 # A Numba compile costs about a second per row: the CI profile compiles every sixth row (chosen by its
 # name) with Numba and the others with the numpy backend (the same trace, autodiff and partition, kernels
 # in numpy); SYMGRAD_FUZZ=long compiles every row with Numba.
