@@ -550,15 +550,22 @@ _FUNCTIONS = {
 }
 
 
+def _registering_in(table: dict):
+    """A decorator factory: ``@factory(*keys)`` puts the decorated handler in ``table`` under each key."""
+    def factory(*keys):
+        def register(handler):
+            for key in keys:
+                table[key] = handler
+            return handler
+        return register
+    return factory
+
+
 def numpy_functions(*funcs):
     """Decorator: ``handler`` runs the numpy functions ``funcs`` on tensors (numpy's signature).
 
     The handlers of the numpy surface live in :mod:`symgrad.ops.numpy_surface`, one module per family."""
-    def register(handler):
-        for f in funcs:
-            _FUNCTIONS[f] = handler
-        return handler
-    return register
+    return _registering_in(_FUNCTIONS)(*funcs)
 
 
 # Registrations of ufuncs from optional modules (scipy.special), run when an unknown ufunc first arrives,
@@ -574,11 +581,7 @@ def late_ufuncs(register):
 
 def numpy_ufuncs(*ufuncs):
     """Decorator: ``handler`` runs the ufuncs (or scipy.special ufuncs) ``ufuncs`` on tensors."""
-    def register(handler):
-        for u in ufuncs:
-            _UFUNCS[u] = handler
-        return handler
-    return register
+    return _registering_in(_UFUNCS)(*ufuncs)
 
 
 # (ufunc, method name) -> handler of ``ufunc.method(*inputs, **kwargs)`` on tensors, e.g. (np.add, "at").
@@ -587,11 +590,7 @@ _UFUNC_METHODS: dict = {}
 
 def numpy_ufunc_methods(*pairs):
     """Decorator: ``handler`` runs the ufunc methods ``(ufunc, "reduce")``... on tensors."""
-    def register(handler):
-        for pair in pairs:
-            _UFUNC_METHODS[pair] = handler
-        return handler
-    return register
+    return _registering_in(_UFUNC_METHODS)(*pairs)
 
 
 def numpy_ufunc_method(ufunc, method: str):

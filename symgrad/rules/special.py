@@ -53,28 +53,24 @@ class sinc(sympy.Function):
         return (sympy.cos(sympy.pi * x) - sinc(x)) / x
 
 
-class rint(sympy.Function):
-    """Round half to even (numpy.rint, torch.round): a step function, derivative 0."""
+class _StepFunction(sympy.Function):
+    """A piecewise-constant function of one argument: derivative 0 (sympy's floor has none)."""
     nargs = 1
 
     def fdiff(self, argindex=1):
         return sympy.S.Zero
 
 
-class floor(sympy.Function):
-    """Round down (numpy.floor): a step function, derivative 0 (sympy's floor has no derivative)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return sympy.S.Zero
+class rint(_StepFunction):
+    """Round half to even (numpy.rint, torch.round)."""
 
 
-class ceil(sympy.Function):
-    """Round up (numpy.ceil): a step function, derivative 0."""
-    nargs = 1
+class floor(_StepFunction):
+    """Round down (numpy.floor)."""
 
-    def fdiff(self, argindex=1):
-        return sympy.S.Zero
+
+class ceil(_StepFunction):
+    """Round up (numpy.ceil)."""
 
 
 class xlogy(sympy.Function):
