@@ -463,7 +463,8 @@ class CompiledFunction:
         self._stats["eager_fallbacks"] += 1
         eager_args = [make_numpy_face(Tensor._wrap(np.array(a, copy=True))) if isinstance(a, np.ndarray) else a
                       for a in args]
-        with numpy_face_eager():
+        arrays_given = any(isinstance(a, np.ndarray) for a in args)
+        with numpy_face_eager() if arrays_given else contextlib.nullcontext():
             out = self.fn(*eager_args)
         outs, kind = _eager_outputs(out)
         for o in outs:
@@ -684,8 +685,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])
 
-    run.compiled = compiled
     functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
+    run.compiled = compiled   # after update_wrapper, which copies a wrapped transform's own .compiled
     return run
 
 
@@ -785,4 +786,6 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = N
     def run(*args):
         return vg(*args)[1]
 
+    functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
+    run.compiled = vg.compiled
     return run
