@@ -98,6 +98,14 @@ def test_strict_keeps_the_trace_error(make, recwarn):
     assert not _fallback_warnings(recwarn)
 
 
+def test_setting_strict_after_a_fallback_raises_again(recwarn):
+    f = symgrad.compile(branch)
+    f(X)
+    f.options["strict"] = True
+    with pytest.raises(symgrad.TraceError, match="bool"):
+        f(X)
+
+
 def test_strict_false_overrides_a_strict_compiled_function():
     vg = symgrad.value_and_grad(symgrad.compile(sin_series, strict=True), strict=False)
     with pytest.warns(EagerFallbackWarning):

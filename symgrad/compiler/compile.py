@@ -390,7 +390,7 @@ class CompiledFunction:
         self._stats["calls"] += 1
         record = STATE.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args)
         traces = self._stats["traces"]
-        if self._fallback and self._guard(args) in self._fallback:
+        if self._fallback and self._guard(args) in self._fallback and not self.compile_options.strict:
             return self._call_eager(args)
         try:
             k = self.kernels_for(*args, wrt=None if record else ())
@@ -648,7 +648,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
                 raise TypeError(f"value_and_grad: argnums={argnums!r}: argument {i} is {what} (called with "
                                 f"{len(arrays)} arguments); differentiate numpy arrays, Tensors or Python numbers")
         wrt = [positions.index(i % len(arrays)) for i in nums]
-        if compiled._fallback and compiled._guard(arrays) in compiled._fallback:
+        if compiled._fallback and compiled._guard(arrays) in compiled._fallback and \
+                not compiled.compile_options.strict:
             return eager_call(arrays)
         try:
             with _gc_paused():   # first calls take this path: building, loading and first runs of kernels
