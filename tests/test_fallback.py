@@ -297,3 +297,26 @@ def test_inspect_reports_the_fallback():
     assert "=== eager fallback ===" in text and "run eagerly" in text
     with pytest.raises(symgrad.TraceError):
         inspect_function(symgrad.compile(branch, strict=True), (X,))
+
+
+XS = np.array([1.5, -0.5, 2.0])
+
+
+@pytest.mark.parametrize("fn,want", [
+    (lambda x: x * x.sum().item(), XS * XS.sum()),                                # .item()
+    (lambda x: x * float(x.max()), XS * XS.max()),                                # float(tensor)
+    (lambda x: x[int(x[2])] * x, XS[2] * XS),                                     # int(tensor) as an index
+    (lambda x: x * x.tolist()[0], XS * XS[0]),                                    # .tolist()
+    (lambda x: x * np.asarray(x)[1], XS * XS[1]),                                 # np.asarray of a value
+    (lambda x: x[x > 0].sum() * x, XS[XS > 0].sum() * XS),                        # a mask from the inputs
+    (lambda x: np.repeat(x, np.array([1, 0, 2]) * (x > -9)).sum() * x, 5.5 * XS),  # counts from the inputs
+    (lambda x: np.where(np.isinf(x), 0.0, x) * 2, XS * 2),                        # a value predicate
+], ids=["item", "float", "int-index", "tolist", "asarray", "mask", "repeat-counts", "isinf"])
+def test_every_data_dependent_refusal_falls_back_to_the_eager_value(fn, want, recwarn):
+    f = symgrad.compile(fn)
+    got = f(XS)
+    assert type(got) is symgrad.Tensor
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+    assert f.stats()["eager_fallbacks"] == 1 and len(_fallback_warnings(recwarn)) == 1
+    with pytest.raises(symgrad.TraceError):
+        symgrad.compile(fn, strict=True)(XS)
