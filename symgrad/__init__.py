@@ -66,7 +66,7 @@ __version__ = "0.1.0"
 # The compiler sits above the eager core and the IR: it is imported on first use, so that
 # importing a lower layer (or codegen) never pulls it in.
 _COMPILER_NAMES = {"CompiledFunction": "compile", "CompileOptions": "options", "compile": "compile", "grad": "compile",
-                   "value_and_grad": "compile", "autodiff": None}
+                   "value_and_grad": "compile", "autodiff": None, "EagerFallbackWarning": "compile"}
 
 
 def __getattr__(name):

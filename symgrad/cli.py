@@ -244,10 +244,11 @@ def cmd_inspect(args) -> int:
     sections = _sections(args.section)
     fn, path, name, inputs, _, _ = _load(args)
     if isinstance(fn, symgrad.CompiledFunction):
-        # a compiled function keeps its own options; --no-cache only turns its caches off
-        compiled = symgrad.compile(fn.fn, **fn.compile_options.replace(cache=False)) if args.no_cache else fn
+        # a compiled function keeps its own options; --no-cache and --strict only turn theirs on
+        changes = {**({"cache": False} if args.no_cache else {}), **({"strict": True} if args.strict else {})}
+        compiled = symgrad.compile(fn.fn, **fn.compile_options.replace(**changes)) if changes else fn
     else:
-        compiled = symgrad.compile(getattr(fn, "fn", fn), cache=not args.no_cache)
+        compiled = symgrad.compile(getattr(fn, "fn", fn), cache=not args.no_cache, strict=args.strict)
     progress = Progress()
     try:
         ins = _run_user(lambda: ir.inspect_function(compiled, inputs, name=name, progress=progress,
@@ -517,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                           ".npz files for array constants); they import and run as is (example: --out kernels/)")
     ins.add_argument("--no-cache", action="store_true",
                      help="compile in memory instead of through the kernel cache (example: --no-cache)")
+    ins.add_argument("--strict", action="store_true",
+                     help="a function that cannot be traced (an if/while on a tensor, .item()) is an error "
+                          "instead of being reported as running eagerly (example: --strict)")
     ins.set_defaults(func=cmd_inspect)
 
     rules = sub.add_parser(

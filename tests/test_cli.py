@@ -88,7 +88,8 @@ def runs(paths):
         # mistakes, one or more per subcommand: one clear line on stderr, status 2, no traceback
         "bad_arg": ["inspect", f"{LOSSES}:w1", "--arg", "x=f64[10"],
         "unsupported_op": ["inspect", f"{paths['bad']}:unsupported", "--arg", "x=f64[4]"],
-        "trace_error_verbose": ["inspect", f"{paths['bad']}:branchy", "--arg", "x=f64[4]", "--verbose"],
+        "trace_error_verbose": ["inspect", f"{paths['bad']}:branchy", "--arg", "x=f64[4]", "--strict",
+                                "--verbose"],
         "unknown_fn": ["graph", f"{LOSSES}:w9", "--arg", "x=f64[3]"],
         "unknown_op": ["rules", "tanhh"],
         "bad_demo_size": ["demo", "--size", "many"],
@@ -286,6 +287,22 @@ def test_inspect_no_cache_keeps_a_compiled_functions_options(capsys, tmp_path, m
         assert r.returncode == 0, r
     assert [(o.math, o.scalar_loss, o.cache) for o in inspected] == [("libm", "split", True),
                                                                      ("libm", "split", False)]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_inspect_shows_the_eager_fallback_of_a_function_that_cannot_be_traced(capsys, paths, json_out):
+    import json
+
+    r = run_main(capsys, "inspect", f"{paths['bad']}:branchy", "--arg", "x=f64[4]",
+                 *(["--json"] if json_out else []))
+    assert r.returncode == 0, r
+    if json_out:
+        fallback = json.loads(r.stdout)["eager_fallback"]
+        assert fallback["location"].startswith(f"{paths['bad']}:9 in branchy")
+        assert fallback["reason"].startswith("bool(tensor)")
+    else:
+        assert "=== eager fallback ===" in r.stdout and f"{paths['bad']}:9 in branchy" in r.stdout
+        assert "run eagerly" in r.stdout and "x: f64[4]" in r.stdout
 
 
 # --- rules -----------------------------------------------------------------------------------------

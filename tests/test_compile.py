@@ -186,7 +186,7 @@ def test_unsupported_argument_type():
 
 
 def test_data_dependent_control_flow_names_the_line():
-    @symgrad.compile
+    @symgrad.compile(strict=True)
     def f(x):
         if x.sum() > 0:  # the offending line
             return x * 2

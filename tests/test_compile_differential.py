@@ -462,7 +462,7 @@ def test_prod_compile_raises_trace_error(key, variant, index_inputs):
     """prod's traced gradient would depend on where the zeros are: compiling it is refused."""
     _require_sample(key)
     case = Case(key, variant, symgrad.float64, index_inputs)
-    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND)
+    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND, strict=True)
     _, args = _batch_inputs([case], "example")
     with pytest.raises(symgrad.TraceError, match="prod"):
         compiled(*args)
@@ -472,7 +472,7 @@ def test_prod_compile_raises_trace_error(key, variant, index_inputs):
 def test_ops_whose_shape_comes_from_values_are_refused_when_traced(key):
     """Recorded with the traced call's shape, a later call with other values would misshape the graph."""
     case = Case(key, 0, symgrad.float64, True)
-    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND)
+    compiled = symgrad.compile(_batch_function([case]), backend=BACKEND, strict=True)
     _, args = _batch_inputs([case], "example")
     with pytest.raises(symgrad.TraceError, match=f"{key}: its result's shape depends on the input values"):
         compiled(*args)

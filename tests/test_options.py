@@ -14,7 +14,7 @@ from symgrad.compiler import build_cache
 from symgrad.compiler.compile import CompiledFunction
 from symgrad.compiler.options import DEFAULT_BACKEND, CompileOptions
 
-NAMES = ["parallel", "fastmath", "cache", "backend", "scalar_loss", "numpy_simd", "math"]
+NAMES = ["parallel", "fastmath", "cache", "backend", "scalar_loss", "numpy_simd", "math", "strict"]
 
 
 def loss(x):
@@ -26,7 +26,7 @@ def test_fields_defaults_and_mapping_reads():
     assert [f.name for f in dataclasses.fields(o)] == NAMES
     assert list(o) == NAMES and len(o) == len(NAMES)
     assert dict(o) == {"parallel": "auto", "fastmath": False, "cache": True, "backend": DEFAULT_BACKEND,
-                       "scalar_loss": "joint", "numpy_simd": True, "math": "vector"}
+                       "scalar_loss": "joint", "numpy_simd": True, "math": "vector", "strict": False}
     assert o["math"] == o.math == "vector" and "math" in o and "fn" not in o
     with pytest.raises(KeyError):
         o["fn"]
@@ -44,6 +44,7 @@ def test_fields_defaults_and_mapping_reads():
     ({"math": "svml"}, "symgrad.compile: math must be 'vector' or 'libm', not 'svml'"),
     ({"parallel": "yes"}, "symgrad.compile: parallel must be 'auto', True or False, not 'yes'"),
     ({"parallel": 1}, "symgrad.compile: parallel must be 'auto', True or False, not 1"),
+    ({"strict": 1}, "symgrad.compile: strict must be True or False, not 1"),
 ])
 def test_bad_values_name_the_option_and_what_it_allows(options, message):
     for make in (lambda: CompileOptions(**options), lambda: symgrad.compile(**options),

@@ -331,7 +331,7 @@ def test_trace_errors_name_a_user_file_in_a_folder_named_like_a_library(tmp_path
     module = importlib.import_module("user_loss")
     try:
         with pytest.raises(symgrad.TraceError, match=f"{folder}.user_loss.py:2 in f"):
-            symgrad.compile(module.f)(symgrad.ones(2))
+            symgrad.compile(module.f, strict=True)(symgrad.ones(2))
     finally:
         import sys
 

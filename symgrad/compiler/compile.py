@@ -48,9 +48,10 @@ from ..autograd.node import ERR_BACKWARD_TWICE, Node
 from ..creation import zeros_like
 from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import first_nan
-from ..ir.tracer import trace
+from ..ir.tracer import TraceError, numpy_face_eager, trace
 from ..ops import registry
-from ..tensor import Tensor, gradient_edge
+from ..ops.numpy_surface.face import make_numpy_face
+from ..tensor import Tensor, gradient_edge, is_numpy_face
 from . import build_cache, logs
 from .autodiff import autodiff
 from .options import DEFAULT_BACKEND, BoundOptions, CompileOptions  # noqa: F401 - DEFAULT_BACKEND is API here too
@@ -245,8 +246,11 @@ class CompiledFunction:
         self.compile_options = CompileOptions.of(**options)
         self._kernels: dict = {}
         self._warned_captured = False
+        self._fallback: dict = {}     # guard key -> the TraceError that made those calls run eagerly
+        self._warned_fallback = False
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
-                       "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0}
+                       "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0, "eager_fallbacks": 0,
+                       "fallback_reason": None}
 
     @property
     def options(self) -> BoundOptions:
@@ -288,7 +292,7 @@ class CompiledFunction:
         # from the build cache, keyed by the traced graph
         options = self.compile_options
         key = build_cache.build_key(graph, wrt=list(wrt), joint_kernel=joint_kernel,
-                                    options={k: v for k, v in options.items() if k != "cache"}) \
+                                    options={k: v for k, v in options.items() if k not in ("cache", "strict")}) \
             if options.cache else None
         kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings)
         keep: dict | None = {} if key is not None and kernels is None else None
@@ -386,7 +390,16 @@ class CompiledFunction:
         self._stats["calls"] += 1
         record = STATE.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args)
         traces = self._stats["traces"]
-        k = self.kernels_for(*args, wrt=None if record else ())
+        if self._fallback and self._guard(args) in self._fallback and not self.compile_options.strict:
+            return self._call_eager(args)
+        try:
+            k = self.kernels_for(*args, wrt=None if record else ())
+        except TraceError as exc:
+            if not self.falls_back(exc, args):
+                raise
+            k = None
+        if k is None:   # outside the except block: an error of the eager run is not chained to the trace's
+            return self._call_eager(args)
         tensors = [a for a in args if isinstance(a, (Tensor, np.ndarray))]
         arrays = [a._data if isinstance(a, Tensor) else a for a in tensors]
         scaled = record and k.joint_fn is not None
@@ -414,6 +427,51 @@ class CompiledFunction:
             return wrapped[0]
         return tuple(wrapped)
 
+    # --- eager fallback ----------------------------------------------------------------------
+    def falls_back(self, exc: TraceError, args: tuple) -> bool:
+        """Whether a call with ``args`` whose trace raised ``exc`` runs eagerly instead (and, if so,
+        remember it for these arguments' guard key and warn once per function).
+
+        Only refusals of data-dependent Python (``if``/``while`` on a tensor, ``.item()``, a shape
+        that depends on values) fall back: eager mode computes those correctly.  Mistakes raise as
+        before, and ``strict=True`` raises every TraceError."""
+        if self.compile_options.strict or not getattr(exc, "data_dependent", False):
+            return False
+        guard = self._guard(args)
+        self._fallback[guard] = exc
+        if self._stats["fallback_reason"] is None:
+            self._stats["fallback_reason"] = str(exc)
+        if not self._warned_fallback:
+            self._warned_fallback = True
+            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            warnings.warn(f"symgrad: {name} cannot be traced: tracing stopped at {exc.location or 'an unknown line'}"
+                          f": {exc.reason}. It runs eagerly instead: correct, but slower (no fused kernels). "
+                          "For a compiled function, replace the data-dependent branch by symgrad.where(...) or "
+                          "pass the value as a Python number; pass strict=True to raise instead.",
+                          EagerFallbackWarning, stacklevel=_user_stacklevel())
+        return True
+
+    def fallback_for(self, *args) -> TraceError | None:
+        """The TraceError that makes calls with these arguments run eagerly, or None."""
+        return self._fallback.get(self._guard(args))
+
+    def _call_eager(self, args: tuple):
+        """Run the function eagerly: what a compiled call returns, computed by the eager engine.
+        Arrays are copied into numpy-face Tensors (a compiled function never writes to its
+        arguments, and the function was written for numpy); Tensors are passed as they are, so
+        outputs computed from one that requires grad get a working ``grad_fn``."""
+        self._stats["eager_fallbacks"] += 1
+        eager_args = [make_numpy_face(Tensor._wrap(np.array(a, copy=True))) if isinstance(a, np.ndarray) else a
+                      for a in args]
+        arrays_given = any(isinstance(a, np.ndarray) for a in args)
+        with numpy_face_eager() if arrays_given else contextlib.nullcontext():
+            out = self.fn(*eager_args)
+        outs, kind = _eager_outputs(out)
+        for o in outs:
+            if o is not None and is_numpy_face(o):
+                o.__class__ = Tensor     # as compiled calls return: PyTorch-face Tensors
+        return outs[0] if kind == "single" else tuple(outs)
+
     def _dispatchers(self) -> list:
         seen: dict[int, object] = {}
         for k in self._kernels.values():
@@ -432,7 +490,9 @@ class CompiledFunction:
         and, for its Numba kernels, ``kernels`` (how many have run), ``kernel_compiles`` (Numba
         compilations in this process) and ``kernel_cache_loads`` (signatures loaded from the
         disk cache instead).  Kernels take sizes at run time: a new size of the same rank
-        re-traces but compiles nothing.
+        re-traces but compiles nothing.  ``eager_fallbacks`` counts the calls that ran eagerly
+        because the function cannot be traced, and ``fallback_reason`` says why (the TraceError's
+        message, naming the line; None if it never fell back).
 
         >>> f = symgrad.compile(lambda x: (x * x).sum())
         >>> _ = f(symgrad.ones(3)); _ = f(symgrad.ones(5))
@@ -454,6 +514,22 @@ class CompiledFunction:
         the Numba sources start with a ``# math=...`` line naming the vector functions they import.
         """
         return self.kernels_for(*args)
+
+
+class EagerFallbackWarning(UserWarning):
+    """A function could not be traced (data-dependent Python control flow) and runs eagerly."""
+
+
+def _eager_outputs(out) -> tuple[list, str]:
+    """The outputs of an eager fallback call, checked as a trace checks them."""
+    if isinstance(out, Tensor):
+        return [out], "single"
+    if isinstance(out, (tuple, list)) and all(isinstance(o, Tensor) or o is None for o in out):
+        return list(out), "tuple"
+    bad = next((type(o).__name__ for o in out if not isinstance(o, Tensor) and o is not None), None) \
+        if isinstance(out, (tuple, list)) else None
+    what = f"a {type(out).__name__} containing a {bad}" if bad else type(out).__name__
+    raise TypeError(f"symgrad.compile: the function returned {what}; return a Tensor or a tuple of Tensors")
 
 
 def compile(fn: Callable | None = None, **options):
@@ -486,6 +562,11 @@ def compile(fn: Callable | None = None, **options):
       code that LLVM vectorises (AVX-512/AVX2), so they are not offloaded to numpy, and the loops' sums
       are reassociated so whole loops vectorise (the order of a sum's terms is fixed per machine).
       ``math="libm"``: scalar libm calls, and sums that add their terms in order.
+    * ``strict``: a function that cannot be traced because it needs a traced value on the host
+      (``if``/``while`` on a tensor, ``.item()`` or ``float(x)`` for control flow, a shape that
+      depends on values) runs eagerly with one :class:`EagerFallbackWarning` naming the line
+      (``strict=False``, the default; ``f.stats()["eager_fallbacks"]`` counts such calls), or
+      raises :class:`~symgrad.TraceError` (``strict=True``).  Other trace errors always raise.
 
     >>> @symgrad.compile(parallel=False)
     ... def f(x):
@@ -506,12 +587,15 @@ compile.__signature__ = inspect.Signature(
        for f in dataclasses.fields(CompileOptions)])
 
 
-def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None,
+                   strict: bool | None = None):
     """``f(*arrays) -> (value, grad)`` with numpy arrays in and out (for scipy.optimize, ``jac=True``).
 
     ``fn`` must return a scalar.  With a tuple ``argnums`` the gradient is a tuple.  ``math``:
     ``"vector"`` or ``"libm"`` as in :func:`compile` (default: ``fn``'s own option if it is a compiled
-    function, else ``"vector"``).
+    function, else ``"vector"``).  ``strict`` as in :func:`compile` (default: ``fn``'s own option, else
+    False): a function with data-dependent Python control flow is differentiated eagerly, with one
+    :class:`EagerFallbackWarning`, unless ``strict=True``.
 
     >>> vg = symgrad.value_and_grad(lambda x: (x ** 2).sum())
     >>> vg(np.array([1.0, 2.0]))
@@ -521,9 +605,11 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
     """
     if isinstance(fn, CompiledFunction):
         options = fn.compile_options
-        compiled = fn if math in (None, options.math) else CompiledFunction(fn.fn, **options.replace(math=math))
+        compiled = fn if math in (None, options.math) and strict in (None, options.strict) else \
+            CompiledFunction(fn.fn, **options.replace(math=math or options.math,
+                                                      strict=options.strict if strict is None else strict))
     else:
-        compiled = CompiledFunction(fn, math=math or "vector")
+        compiled = CompiledFunction(fn, math=math or "vector", strict=bool(strict))
     many = not isinstance(argnums, int)
     nums = list(argnums) if many else [argnums]
 
@@ -562,8 +648,21 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
                 raise TypeError(f"value_and_grad: argnums={argnums!r}: argument {i} is {what} (called with "
                                 f"{len(arrays)} arguments); differentiate numpy arrays, Tensors or Python numbers")
         wrt = [positions.index(i % len(arrays)) for i in nums]
-        with _gc_paused():   # first calls take this path: building, loading and first runs of kernels
-            return general_call(arrays, key, wrt, args)
+        if compiled._fallback and compiled._guard(arrays) in compiled._fallback and \
+                not compiled.compile_options.strict:
+            return eager_call(arrays)
+        try:
+            with _gc_paused():   # first calls take this path: building, loading and first runs of kernels
+                return general_call(arrays, key, wrt, args)
+        except TraceError as exc:
+            if not compiled.falls_back(exc, arrays):
+                raise
+        return eager_call(arrays)
+
+    def eager_call(arrays):
+        compiled._stats["calls"] += 1
+        compiled._stats["eager_fallbacks"] += 1
+        return _value_and_grad_eager(compiled.fn, arrays, [i % len(arrays) for i in nums], many)
 
     def general_call(arrays, key, wrt, args):
         k = compiled.kernels_for(*arrays, wrt=wrt, joint_kernel=True)
@@ -587,8 +686,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])
 
-    run.compiled = compiled
     functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
+    run.compiled = compiled   # after update_wrapper, which copies a wrapped transform's own .compiled
     return run
 
 
@@ -651,15 +750,43 @@ def _value_and_grad_recorded(fn: Callable, args: tuple, nums: list[int], many: b
     return value, (tuple(grads) if many else grads[0])
 
 
-def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None):
-    """``f(*arrays) -> grad``: the gradient part of :func:`value_and_grad` (``math`` as there).
+def _value_and_grad_eager(fn: Callable, arrays: tuple, nums: list[int], many: bool):
+    """``(value, grad)`` of one call computed by the eager engine, with numpy arrays out as
+    :func:`value_and_grad`'s compiled path returns them: the fallback for functions that cannot be
+    traced.  Arrays become numpy-face leaves (copies), so the function sees numpy's semantics."""
+    leaves = []
+    for i, a in enumerate(arrays):
+        if isinstance(a, np.ndarray):
+            a = make_numpy_face(Tensor._wrap(np.array(a, copy=True)))
+            if i in nums:
+                a.requires_grad_(True)
+        elif i in nums:
+            a = a.detach().requires_grad_(True)
+        leaves.append(a)
+    with numpy_face_eager(), enable_grad():
+        value = fn(*leaves)
+        if not isinstance(value, Tensor) or value.shape != ():
+            shape = getattr(value, "shape", None)
+            raise ValueError(f"value_and_grad: the function must return a scalar, got shape {shape}")
+        if not value.dtype.is_floating_point:
+            raise TypeError(_not_differentiable_output(value.dtype))
+        wrt = [leaves[i] for i in nums]
+        grads = engine.grad([value], wrt, allow_unused=True) if value.requires_grad else [None] * len(nums)
+    out = [np.zeros_like(t._data) if g is None else g._data for g, t in zip(grads, wrt)]
+    return float(value._data), (tuple(out) if many else out[0])
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None, strict: bool | None = None):
+    """``f(*arrays) -> grad``: the gradient part of :func:`value_and_grad` (``math`` and ``strict`` as there).
 
     >>> symgrad.grad(lambda x: (x ** 2).sum(), math="libm")(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    vg = value_and_grad(fn, argnums, math=math)
+    vg = value_and_grad(fn, argnums, math=math, strict=strict)
 
     def run(*args):
         return vg(*args)[1]
 
+    functools.update_wrapper(run, fn if not isinstance(fn, CompiledFunction) else fn.fn)
+    run.compiled = vg.compiled
     return run

@@ -13,6 +13,9 @@ measured) and returns an :class:`Inspection`; :func:`report` turns it into a JSO
 ``source``     the generated forward and backward modules, exactly as they are imported and run
 ``timings``    seconds per stage (trace, autodiff, partition, codegen, first calls = Numba
                compile or cache load) and the cache's hits and misses
+
+A function that cannot be traced (data-dependent Python control flow) has none of these: the
+report says that its calls run eagerly, and which line stopped the trace (``eager fallback``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..dtypes import dtype as Dtype
-from ..ir.graph import Graph, Node, Value, _arg_text
+from ..ir.graph import SHORT_DTYPES, Graph, Node, Value, _arg_text
+from ..ir.tracer import TraceError, _arg_names
 
 SECTIONS = ("ir", "joint", "rules", "partition", "source", "timings")
 SECTION_TITLES = {
@@ -478,6 +482,7 @@ class Inspection:
     modules: dict            # "forward"/"backward" -> ModuleSource
     outputs: list            # the forward's outputs on the inputs
     gradients: list          # the backward's results (one per input in kernels.wrt)
+    fallback: object = None  # the TraceError that makes these calls run eagerly (kernels is None then)
 
 
 def inspect_function(compiled, args: tuple, *, name: str | None = None, progress=None, run: bool = True
@@ -492,7 +497,13 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
     before = _kernel_files()
     step("tracing, differentiating, generating code")
     t0 = time.perf_counter()
-    k = compiled.inspect(*args)
+    try:
+        k = compiled.inspect(*args)
+    except TraceError as exc:
+        if getattr(compiled, "compile_options", None) is None or compiled.compile_options.strict or \
+                not exc.data_dependent:
+            raise
+        return _fallback_inspection(compiled, args, name, exc, time.perf_counter() - t0)
     build_s = time.perf_counter() - t0
     timings = dict(k.timings)
     timings.setdefault("build_total_s", build_s)
@@ -533,11 +544,44 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
                       outputs, grads)
 
 
+def _fallback_inspection(compiled, args: tuple, name: str | None, exc, trace_s: float) -> Inspection:
+    """The inspection of a function whose calls with ``args`` run eagerly: inputs and the reason."""
+    from ..dtypes import from_numpy_dtype
+    from ..tensor import Tensor
+
+    positions = [i for i, a in enumerate(args) if isinstance(a, (Tensor, np.ndarray))]
+    names = _arg_names(compiled.fn, len(args))
+    inputs = []
+    for pos in positions:
+        a = args[pos]
+        data = a._data if isinstance(a, Tensor) else a
+        dt = from_numpy_dtype(data.dtype).name
+        inputs.append({"name": names[pos], "type": f"{SHORT_DTYPES.get(dt, dt)}[{', '.join(map(str, data.shape))}]",
+                       "bytes": int(data.nbytes), "requires_grad": bool(isinstance(a, Tensor) and a.requires_grad)})
+    return Inspection(name or getattr(compiled, "__name__", "fn"), inputs, None, {"trace_s": trace_s}, {}, {}, [],
+                      [], fallback=exc)
+
+
+def _fallback_report(exc) -> dict:
+    return {"location": exc.location, "reason": exc.reason, "message": str(exc),
+            "runs": "eagerly (the eager engine differentiates each call); strict=True raises instead"}
+
+
+def _format_fallback(exc) -> str:
+    return (f"this function cannot be traced: tracing stopped at {exc.location or 'an unknown line'}:\n"
+            f"  {exc.reason}\n"
+            "calls with these arguments run eagerly (correct, slower: no fused kernels; strict=True raises\n"
+            "instead). To compile it, replace the data-dependent branch by symgrad.where(...) or pass the\n"
+            "value as a Python number.")
+
+
 # --- report -----------------------------------------------------------------------------------------
 
 def report(ins: Inspection, sections=SECTIONS) -> dict:
     """A JSON-ready dict of the chosen sections."""
     k = ins.kernels
+    if ins.fallback is not None:
+        return {"function": ins.name, "inputs": ins.inputs, "eager_fallback": _fallback_report(ins.fallback)}
     out: dict = {"function": ins.name, "inputs": ins.inputs, "wrt": [k.graph.placeholders[i].name for i in k.wrt]}
     if "ir" in sections:
         out["ir"] = str(k.graph)
@@ -599,6 +643,9 @@ def format_report(ins: Inspection, sections=SECTIONS) -> str:
     args = ", ".join(f"{i['name']}: {i['type']}{' (requires grad)' if i['requires_grad'] else ''}"
                      for i in ins.inputs)
     blocks = [f"symgrad inspect {ins.name}({args})"]
+    if ins.fallback is not None:
+        blocks.append(f"=== eager fallback ===\n{_format_fallback(ins.fallback)}")
+        return "\n\n".join(blocks) + "\n"
     for s in sections:
         if s == "ir":
             body = str(k.graph)

@@ -42,6 +42,7 @@ class CompileOptions(Mapping):
     scalar_loss: str = "joint"
     numpy_simd: bool = True
     math: str = "vector"
+    strict: bool = False    # True: a function that cannot be traced raises TraceError (no eager fallback)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", self.backend or DEFAULT_BACKEND)
@@ -51,6 +52,7 @@ class CompileOptions(Mapping):
         _one_of("parallel", self.parallel, ("auto", True, False))
         _one_of("scalar_loss", self.scalar_loss, ("joint", "split"))
         _one_of("math", self.math, ("vector", "libm"))
+        _one_of("strict", self.strict, (True, False))
 
     @classmethod
     def of(cls, **options: Any) -> CompileOptions:

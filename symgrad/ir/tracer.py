@@ -14,6 +14,7 @@ user's file and line.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -43,7 +44,22 @@ _TRACE_LOCK = threading.RLock()
 
 
 class TraceError(RuntimeError):
-    """The traced function did something a compiled graph cannot express."""
+    """The traced function did something a compiled graph cannot express.
+
+    ``data_dependent`` is True when the function needed a traced value on the host (``if``/``while``
+    on a tensor, ``.item()``, ``float(x)``, a shape that depends on values): the function itself is
+    fine, and running it eagerly gives the right answer (``symgrad.compile`` and ``symgrad.grad`` fall
+    back to that).  It is False for mistakes and for what eager mode would not do either (an in-place
+    write to an input, a non-Tensor result).  ``location`` is the user's ``file:LINE in function``
+    that stopped the trace (or ""), ``reason`` the message without it.
+    """
+
+    def __init__(self, message: str, *, location: str = "", reason: str | None = None,
+                 data_dependent: bool = False) -> None:
+        super().__init__(message)
+        self.location = location
+        self.reason = message if reason is None else reason
+        self.data_dependent = data_dependent
 
 
 def user_frame() -> str:
@@ -59,6 +75,8 @@ def user_frame() -> str:
 
 class Tracer:
     """Receives op calls from the registry and appends them to a :class:`Graph`."""
+
+    records_graph = True
 
     def __init__(self, graph: Graph, decompose: bool = True) -> None:
         self.graph = graph
@@ -105,9 +123,13 @@ class Tracer:
         """``t`` was made from a copy of ``array``: if it becomes a constant, ``array`` is watched."""
         self._sources[id(t)] = (t, array)
 
-    def refuse(self, message: str):
-        """Stop tracing: the eager layer met something a graph cannot express (raises TraceError)."""
-        raise TraceError(f"{message} ({user_frame()})")
+    def refuse(self, message: str, data_dependent: bool = True):
+        """Stop tracing: the eager layer met something a graph cannot express (raises TraceError).
+
+        The callers refuse values that a graph would have to read on the host (or whose shape depends
+        on them), so ``data_dependent`` defaults to True: eager mode computes them correctly."""
+        where = user_frame()
+        raise TraceError(f"{message} ({where})", location=where, reason=message, data_dependent=data_dependent)
 
     def is_traced(self, t: Tensor) -> bool:
         if threading.get_ident() != self.thread:  # another thread's eager ops are not traced
@@ -145,9 +167,11 @@ class Tracer:
     def _index(self, part):
         if isinstance(part, Tensor):
             if part._data.dtype == np.bool_ and self.is_traced(part):
-                raise TraceError(f"boolean-mask indexing with a mask computed from the inputs gives a "
-                                 f"data-dependent shape, which a compiled graph cannot have ({user_frame()}); "
-                                 f"use symgrad.where(mask, x, 0) instead")
+                where = user_frame()
+                reason = ("boolean-mask indexing with a mask computed from the inputs gives a data-dependent "
+                          "shape, which a compiled graph cannot have")
+                raise TraceError(f"{reason} ({where}); use symgrad.where(mask, x, 0) instead", location=where,
+                                 reason=reason, data_dependent=True)
             return self._as_value(part) if self.is_traced(part) else np.array(part._data, copy=True)
         if isinstance(part, tuple):
             return tuple(self._index(p) for p in part)
@@ -238,10 +262,70 @@ class Tracer:
 
     def check_concrete(self, t: Tensor, what: str) -> None:
         if self.is_traced(t):
+            where = user_frame()
             raise TraceError(
-                f"{what} reads the value of a tensor computed from the traced inputs, at {user_frame()}. "
+                f"{what} reads the value of a tensor computed from the traced inputs, at {where}. "
                 "A compiled function is traced once and cannot branch on data: use symgrad.where(...) for "
-                "data-dependent choices, or pass the value as a Python number.")
+                "data-dependent choices, or pass the value as a Python number.", location=where,
+                reason=f"{what} reads the value of a tensor computed from the inputs", data_dependent=True)
+
+
+class _NumpyFaceRecorder:
+    """Stands in for a tracer during an eager run of a function given numpy arrays (the eager
+    fallback of ``symgrad.compile``): ops on numpy-face values return numpy-face values, exactly as
+    when traced, and nothing is recorded or refused."""
+
+    records_graph = False
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def record(self, op, args: tuple, outputs: Sequence[Tensor]) -> None:
+        if threading.get_ident() == self.thread and _any_numpy_face(args):
+            for t in outputs:
+                make_numpy_face(t)
+
+    def alias(self, new: Tensor, old: Tensor, op: str) -> None:
+        if is_numpy_face(old):
+            make_numpy_face(new)
+
+    def is_traced(self, t: Tensor) -> bool:
+        return False
+
+    def check_concrete(self, t: Tensor, what: str) -> None:
+        pass
+
+    def note_source(self, t: Tensor, array: np.ndarray) -> None:
+        pass
+
+    def rebind(self, t: Tensor, result: Tensor) -> None:
+        pass
+
+    def same_value(self, new: Tensor, old: Tensor) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def numpy_face_eager():
+    """Run eager code on numpy-face tensors with numpy's semantics carried to every result (as
+    tracing does).  Inside a trace the tracer already does this, so it stays in place.
+
+    >>> from symgrad.ops.numpy_surface.face import make_numpy_face
+    >>> x = make_numpy_face(symgrad.tensor([1.0, 2.0, 3.0], dtype=symgrad.float64))
+    >>> with numpy_face_eager():
+    ...     y = x * 2
+    >>> type(y).__name__, float(y.var())     # numpy's ddof=0 (PyTorch's var would be 4.0)
+    ('NumpyFaceTensor', 2.6666666666666665)
+    """
+    if registry._recorder is not None:
+        yield
+        return
+    with _TRACE_LOCK:   # the registry has one recorder for all threads, as while tracing
+        previous = registry.set_recorder(_NumpyFaceRecorder())
+        try:
+            yield
+        finally:
+            registry.set_recorder(previous)
 
 
 def _any_numpy_face(args) -> bool:

@@ -2389,7 +2389,8 @@ def linalg_inv_backward(grad: Tensor, result: Tensor) -> Tensor:
 
 
 def linalg_det_backward(grad: Tensor, A: Tensor, result: Tensor) -> Tensor:
-    if registry._recorder is None and _has_singular(A):
+    # a recorder that builds no graph (numpy_face_eager's) runs eagerly: the values may be read
+    if not getattr(registry._recorder, "records_graph", False) and _has_singular(A):
         return _det_backward_singular(grad, A)
     # Jacobi's formula; in a traced (compiled) function always this one, since the test above reads values
     scale = unsqueeze(unsqueeze(grad * result, -1), -1)
