@@ -18,6 +18,10 @@ import threading
 
 class _GradState(threading.local):
     enabled = True
+    inference = False     # inside inference_mode: new tensors are inference tensors
+    saved_hooks = None    # (pack, unpack) of the innermost saved_tensors_hooks, or None
+    saved_hooks_stack = ()
+    saved_hooks_disabled = None  # the message of an active disable_saved_tensors_hooks
 
 
 STATE = _GradState()
@@ -103,3 +107,86 @@ class set_grad_enabled(_GradModeBase):
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+ERR_INFERENCE_SAVED = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
+    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use "
+    "it in autograd, or use `symgrad.no_grad()` instead of `symgrad.inference_mode()`.")
+ERR_INFERENCE_INPLACE = (
+    "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a "
+    "normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details.")
+
+
+class _InferenceVersionCounter:
+    """The version counter of every inference tensor: it tracks nothing.
+
+    Saving an inference tensor for backward reads its version, so this is where PyTorch's
+    "cannot be saved for backward" error comes from, at no cost to ordinary tensors.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> int:
+        if STATE.inference:  # in-place updates inside inference mode are allowed and not counted
+            return 0
+        raise RuntimeError(ERR_INFERENCE_SAVED)
+
+    @value.setter
+    def value(self, new: int) -> None:
+        pass
+
+
+INFERENCE_COUNTER = _InferenceVersionCounter()
+
+
+def is_inference_mode_enabled() -> bool:
+    """True inside ``inference_mode()``."""
+    return STATE.inference
+
+
+class inference_mode:
+    """Like ``no_grad``, and tensors created inside are *inference tensors*: they can never be saved
+    for backward later, nor updated in place outside inference mode (PyTorch's rules).
+
+    Context manager or decorator (``@inference_mode``, ``@inference_mode()``); ``mode=False`` turns
+    inference mode off and grad mode on inside.
+
+    >>> import symgrad
+    >>> with symgrad.inference_mode():
+    ...     y = symgrad.ones(2) * 2
+    >>> y.is_inference(), y.requires_grad
+    (True, False)
+    """
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)  # bare @inference_mode on a function
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self._prev: list = []
+
+    def __enter__(self):
+        self._prev.append((STATE.enabled, STATE.inference))
+        STATE.enabled = not self.mode
+        STATE.inference = self.mode
+        return self
+
+    def __exit__(self, *exc) -> None:
+        STATE.enabled, STATE.inference = self._prev.pop()
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def clone(self) -> inference_mode:
+        return self.__class__(self.mode)
