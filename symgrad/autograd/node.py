@@ -162,6 +162,9 @@ class AccumulateGrad(Node):
 
     _post_accumulate_hooks = None
 
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"  # PyTorch's name, which programs may compare against
+
     def _add_post_accumulate_hook(self, fn):
         if self._post_accumulate_hooks is None:
             self._post_accumulate_hooks = []
