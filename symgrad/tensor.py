@@ -266,7 +266,9 @@ class Tensor:
         """Call ``hook(tensor)`` after a backward has accumulated this leaf's gradient into ``.grad``.
 
         >>> w = symgrad.tensor([1.0, 2.0], requires_grad=True)
-        >>> h = w.register_post_accumulate_grad_hook(lambda p: p.grad.mul_(0.5))
+        >>> def halve(p):
+        ...     p.grad.mul_(0.5)
+        >>> h = w.register_post_accumulate_grad_hook(halve)
         >>> (w * 4).sum().backward(); w.grad
         tensor([2., 2.])
         """

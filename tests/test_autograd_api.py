@@ -230,8 +230,14 @@ def post_accumulate_docs(lib):
 
 def post_accumulate_errors(lib):
     a = lib.tensor([1.0], requires_grad=True)
-    return [attempt(lambda: (a * 2).register_post_accumulate_grad_hook(print)),
-            attempt(lambda: lib.ones(2).register_post_accumulate_grad_hook(print))[:2]]
+    log = [attempt(lambda: (a * 2).register_post_accumulate_grad_hook(print)),
+           attempt(lambda: lib.ones(2).register_post_accumulate_grad_hook(print))[:2]]
+    h = a.register_post_accumulate_grad_hook(lambda p: p.grad * 2)
+    log.append(attempt(lambda: (a * 2).sum().backward()))
+    h.remove()
+    a.register_post_accumulate_grad_hook(lambda p: 1)
+    log.append(attempt(lambda: (a * 2).sum().backward())[:2])
+    return log
 
 
 @pytest.mark.xfail(strict=True, raises=TypeError,

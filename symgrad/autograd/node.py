@@ -178,6 +178,8 @@ class AccumulateGrad(Node):
         if self._post_accumulate_hooks:
             for hook in list(self._post_accumulate_hooks):
                 result = hook(self.variable)
+                if isinstance(result, _Tensor):
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
                 if result is not None:
                     raise TypeError(f"expected None, but post accumulate grad hook returned "
                                     f"'{type(result).__name__}' (these hooks cannot return anything)")
