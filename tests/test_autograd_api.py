@@ -529,6 +529,22 @@ def test_refused_inplace_leaves_inference_tensor_unchanged():
     assert x.tolist() == [1.0, 1.0]
 
 
+def inference_factories_and_views(lib):
+    x0 = lib.ones(3)
+    with lib.inference_mode():
+        made = [lib.randn(2), lib.rand(2), lib.arange(3), lib.zeros_like(x0), lib.from_numpy(np.ones(2)), lib.eye(2),
+                lib.linspace(0, 1, 3), lib.full((2,), 1.0), lib.randint(0, 5, (2,)), lib.tensor([1.0]), x0.sum(),
+                lib.stack([x0, x0]), lib.unbind(lib.stack([x0, x0]))[0],
+                # views (and detach) of a normal tensor stay normal tensors
+                x0[0:2], x0.reshape(3, 1), x0.detach()]
+        y = lib.ones(3)
+    return [[t.is_inference() for t in made], y[1:].is_inference(), y.detach().is_inference()]
+
+
+def test_inference_factories_and_views():
+    run_both(inference_factories_and_views)
+
+
 def inference_mode_decorators(lib):
     w = lib.ones(2, requires_grad=True)
 
