@@ -474,6 +474,21 @@ def gradient_edges(lib):
             attempt(lambda: graph.get_gradient_edge(lib.ones(2)))]
 
 
+def grad_wrt_gradient_edge(lib):
+    graph = lib.autograd.graph
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    y = (h * h).sum()
+    edge = graph.get_gradient_edge(h)
+    g_edge, g_x = lib.autograd.grad(y, (edge, graph.get_gradient_edge(x)), retain_graph=True)
+    (g_single,) = lib.autograd.grad(y, edge)
+    return [vals(g_edge), vals(g_x), vals(g_single)]
+
+
+def test_grad_with_respect_to_gradient_edges():
+    run_both(grad_wrt_gradient_edge)
+
+
 def test_gradient_edges():
     run_both(gradient_edges)
 

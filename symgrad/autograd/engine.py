@@ -145,10 +145,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     >>> symgrad.autograd.grad((x * x).sum(), x)
     (tensor([2., 4.]),)
     """
+    from .graph import GradientEdge
+
     outs = _as_tuple(outputs)
-    ins = _as_tuple(inputs)
+    ins = (inputs,) if isinstance(inputs, GradientEdge) else _as_tuple(inputs)
     Tensor = _tensor_cls()
     for i, t in enumerate(ins):
+        if isinstance(t, GradientEdge):
+            if materialize_grads:
+                raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"autograd.grad: inputs[{i}] is {type(t).__name__}, expected a Tensor")
         if not t.requires_grad:
@@ -162,7 +168,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     root_grads = _make_root_grads(outs, grads, create_graph)
     capture: dict = {}
     for k, t in enumerate(ins):
-        node, nr = _root_edge(t, k)
+        node, nr = (t.node, t.output_nr) if isinstance(t, GradientEdge) else _root_edge(t, k)
         capture.setdefault(node, []).append((nr, k))
     captured = _execute(roots, root_grads, retain_graph, create_graph, capture=capture, n_capture=len(ins))
     result = []
