@@ -346,6 +346,45 @@ def saved_hooks_mechanics_note(lib):
     return [vals(x.grad) == vals(2 * x)]
 
 
+def saved_tensors_mechanics_note(lib):
+    # "Saved tensors" and "Registering hooks for a saved tensor" in the Autograd mechanics note
+    # (x.equal(...) written as a comparison of values)
+    log = []
+    x = lib.tensor([0.5, -1.0, 2.0, 0.25, 3.0], requires_grad=True)  # the note uses randn
+    y = x.pow(2)
+    log.append([vals(x) == vals(y.grad_fn._saved_self), x is y.grad_fn._saved_self])
+    y = x.exp()
+    log.append([vals(y) == vals(y.grad_fn._saved_result), y is y.grad_fn._saved_result])
+
+    def pack_hook(t):
+        log.append(["pack", list(t.shape)])
+        return t.detach() * 1
+
+    def unpack_hook(t):
+        log.append(["unpack"])
+        return t
+
+    y = x.pow(2)
+    y.grad_fn._raw_saved_self.register_hooks(pack_hook, unpack_hook)
+    log.append(vals(x) == vals(y.grad_fn._saved_self))
+    y.sum().backward()
+    log.append(vals(x.grad) == vals(2 * x))
+    log.append(attempt(lambda: y.grad_fn._raw_saved_self.register_hooks(pack_hook, unpack_hook)))
+    log.append(attempt(lambda: y.grad_fn._saved_self))
+    z = x.exp()
+    z.grad_fn._raw_saved_result.register_hooks(lambda t: t.detach() * 1, lambda t: t)
+    z.sum().backward()
+    log.append(vals(x.grad))
+    z2 = x.pow(2)
+    z2.grad_fn._raw_saved_self.register_hooks(lambda t: t.detach(), lambda t: t)
+    log.append(attempt(lambda: z2.grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: t)))
+    return log
+
+
+def test_saved_tensors_mechanics_note_raw_saved():
+    run_both(saved_tensors_mechanics_note)
+
+
 def test_saved_tensors_hooks_mechanics_note():
     assert run_both(saved_hooks_mechanics_note) == [True]
 

@@ -415,6 +415,11 @@ class FormulaNode(Node):
         return out
 
     def __getattr__(self, name: str):
+        if name.startswith("_raw_saved_"):  # grad_fn._raw_saved_self.register_hooks(pack, unpack)
+            key = name[len("_raw_saved_"):]
+            saved = object.__getattribute__(self, "_saved")
+            if saved is None or key in saved:
+                return SavedTensor(self, key)
         # grad_fn._saved_self, grad_fn._saved_other, ... as in PyTorch
         if name.startswith("_saved_"):
             key = name[len("_saved_"):]
@@ -427,6 +432,39 @@ class FormulaNode(Node):
             if key == "result" and "result" in saved:
                 return saved["result"].unpack_tensor(self)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+class SavedTensor:
+    """``grad_fn._raw_saved_<name>``: one saved tensor, on which hooks can be set after the fact."""
+
+    def __init__(self, node: FormulaNode, key: str) -> None:
+        self._node, self._key = node, key
+
+    def register_hooks(self, pack_hook, unpack_hook) -> None:
+        """Pack the saved tensor now; ``unpack_hook`` gets it back whenever it is read."""
+        node = self._node
+        saved = node._saved
+        if saved is None:
+            raise RuntimeError("Calling register_hooks on a saved tensor after it has been freed. Saved "
+                               "intermediate values of the graph are freed when you call .backward() or "
+                               "autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                               "graph a second time or if you need to access saved variables after calling "
+                               "backward.")
+        value = saved[self._key]
+        if value.__class__ is PackedSaved:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. "
+                               "Hint: only one pair of hooks is allowed at a time.")
+        if value.__class__ is SavedVariable:
+            value.check(node, self._key)
+            tensor = value.unpack_tensor(node)
+            saved[self._key] = PackedSaved(tensor, pack_hook, unpack_hook,
+                                           value.node_output if value.is_output else -1)
+        elif isinstance(value, _Tensor):
+            saved[self._key] = PackedSaved(value, pack_hook, unpack_hook)
+        else:
+            raise TypeError(f"{type(node).__name__}._raw_saved_{self._key} is not a tensor: no hooks can be set")
+        if node._versions is not None:
+            node._versions = [(n, v) for n, v in node._versions if n != self._key] or None
 
 
 class FusedBackward:
