@@ -298,6 +298,37 @@ def saved_hooks_order(lib):
     return log
 
 
+OPS_UNDER_HOOKS = {
+    "matmul": lambda lib, a, b, m: a @ m,
+    "softmax": lambda lib, a, b, m: lib.softmax(a, 1) * b,
+    "log_softmax": lambda lib, a, b, m: lib.log_softmax(a, 1) * b,
+    "stack": lambda lib, a, b, m: lib.stack([a, b]).sin(),
+    "unbind": lambda lib, a, b, m: lib.unbind(a * b, 0)[1].exp(),
+    "max_dim": lambda lib, a, b, m: a.max(1)[0] * 2,   # saves its (non-differentiable) indices output
+    "var": lambda lib, a, b, m: a.var(1),
+    "div": lambda lib, a, b, m: a / b,
+    "pow": lambda lib, a, b, m: a.abs() ** b,
+    "logsumexp": lambda lib, a, b, m: lib.logsumexp(a, 1),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS_UNDER_HOOKS))
+def test_saved_tensors_hooks_gradients(op):
+    """Gradients under hooks that hand back copies equal PyTorch's; every packed tensor is unpacked."""
+    def scenario(lib):
+        log = []
+        rng = np.random.default_rng(1)
+        a, b = (lib.tensor(rng.standard_normal((3, 4)), requires_grad=True) for _ in range(2))
+        m = lib.tensor(rng.standard_normal((4, 2)), requires_grad=True)
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: log.append("pack") or t.detach() * 1,
+                                                    lambda t: log.append("unpack") or t):
+            out = OPS_UNDER_HOOKS[op](lib, a, b, m)
+        out.sum().backward()
+        return [log.count("pack") == log.count("unpack") > 0] + [vals(t.grad) for t in (a, b, m)]
+
+    run_both(scenario)
+
+
 def test_saved_tensors_hooks_order_and_values():
     log = run_both(saved_hooks_order)
     assert sum(1 for e in log if e[0] == "pack") == 4

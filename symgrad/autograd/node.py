@@ -298,15 +298,19 @@ class PackedSaved:
         return t
 
 
-def _pack_one(value, outputs, pack, unpack):
+def _pack_one(value, outputs, node, pack, unpack):
     if value.__class__ is SavedVariable:
         if value.is_output:
-            return PackedSaved(outputs[value.node_output], pack, unpack, value.node_output)
+            # found by its array: a non-differentiable output (max.dim's indices) has no output number
+            out = next(o for o in outputs if o._data is value.data)
+            if out._grad_fn is node:
+                return PackedSaved(out, pack, unpack, out._output_nr)
+            return PackedSaved(out, pack, unpack)
         return PackedSaved(value.tensor, pack, unpack)
     if isinstance(value, _Tensor):
         return PackedSaved(value, pack, unpack)
     if value.__class__ is list:
-        return [_pack_one(v, outputs, pack, unpack) for v in value]
+        return [_pack_one(v, outputs, node, pack, unpack) for v in value]
     return value
 
 
@@ -317,7 +321,7 @@ def pack_saved(node, outputs) -> None:
     pack, unpack = STATE.saved_hooks
     saved = node._saved
     for name, value in list(saved.items()):
-        saved[name] = _pack_one(value, outputs, pack, unpack)
+        saved[name] = _pack_one(value, outputs, node, pack, unpack)
     node._versions = None
 
 
