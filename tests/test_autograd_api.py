@@ -596,6 +596,13 @@ def inference_mode_semantics(lib):
     with lib.inference_mode():
         with lib.inference_mode(mode=False):
             log.append([lib.is_grad_enabled(), lib.is_inference_mode_enabled(), lib.ones(1).is_inference()])
+        with lib.enable_grad():  # grad mode reads True, yet nothing records
+            y = w * 2
+            log.append([lib.is_grad_enabled(), y.requires_grad, y.is_inference()])
+        with lib.set_grad_enabled(True):
+            log.append([lib.is_grad_enabled(), (w * 2).requires_grad])
+        log.append(lib.is_grad_enabled())
+    log.append(lib.is_grad_enabled())
     return log
 
 

@@ -17,7 +17,8 @@ import threading
 
 
 class _GradState(threading.local):
-    enabled = True
+    enabled = True        # ops record the graph (read on every op: one flag)
+    grad_flag = True      # the grad mode the user set; differs from `enabled` only inside inference mode
     inference = False     # inside inference_mode: new tensors are inference tensors
     saved_hooks = None    # (pack, unpack) of the innermost saved_tensors_hooks, or None
     saved_hooks_stack = ()
@@ -29,7 +30,21 @@ STATE = _GradState()
 
 def is_grad_enabled() -> bool:
     """True when ops record the graph (outside ``no_grad``)."""
-    return STATE.enabled
+    return STATE.grad_flag if STATE.inference else STATE.enabled
+
+
+def _save_mode() -> tuple:
+    return STATE.enabled, STATE.grad_flag
+
+
+def _restore_mode(saved: tuple) -> None:
+    STATE.enabled, STATE.grad_flag = saved
+
+
+def _set_grad_mode(mode: bool) -> None:
+    # inside inference mode nothing records, whatever grad mode says (as in PyTorch)
+    STATE.grad_flag = mode
+    STATE.enabled = mode and not STATE.inference
 
 
 class _GradModeBase:
@@ -38,15 +53,15 @@ class _GradModeBase:
     _target: bool
 
     def __init__(self) -> None:
-        self._prev: list[bool] = []
+        self._prev: list[tuple] = []
 
     def __enter__(self):
-        self._prev.append(STATE.enabled)
-        STATE.enabled = self._target
+        self._prev.append(_save_mode())
+        _set_grad_mode(self._target)
         return self
 
     def __exit__(self, *exc) -> None:
-        STATE.enabled = self._prev.pop()
+        _restore_mode(self._prev.pop())
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -88,17 +103,17 @@ class set_grad_enabled(_GradModeBase):
     def __init__(self, mode: bool) -> None:
         super().__init__()
         self._target = bool(mode)
-        self._prev.append(STATE.enabled)
-        STATE.enabled = self._target  # a plain call takes effect immediately
+        self._prev.append(_save_mode())
+        _set_grad_mode(self._target)  # a plain call takes effect immediately
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        STATE.enabled = self._prev.pop()
+        _restore_mode(self._prev.pop())
 
     def __call__(self, fn):
-        STATE.enabled = self._prev.pop()  # used as a decorator: undo the immediate effect
+        _restore_mode(self._prev.pop())  # used as a decorator: undo the immediate effect
         mode = self._target
 
         @functools.wraps(fn)
@@ -170,13 +185,13 @@ class inference_mode:
         self._prev: list = []
 
     def __enter__(self):
-        self._prev.append((STATE.enabled, STATE.inference))
-        STATE.enabled = not self.mode
+        self._prev.append((STATE.enabled, STATE.grad_flag, STATE.inference))
         STATE.inference = self.mode
+        _set_grad_mode(not self.mode)
         return self
 
     def __exit__(self, *exc) -> None:
-        STATE.enabled, STATE.inference = self._prev.pop()
+        STATE.enabled, STATE.grad_flag, STATE.inference = self._prev.pop()
 
     def __call__(self, fn):
         mode = self.mode
