@@ -10,7 +10,14 @@ tensor([8.])
 """
 
 from . import autograd
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .creation import (
     arange,
     as_tensor,

@@ -12,11 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as _dt
+from .autograd.grad_mode import INFERENCE_COUNTER, STATE
 from .tensor import Tensor
 
 
 def _leaf(arr: np.ndarray, requires_grad: bool) -> Tensor:
     t = Tensor._wrap(arr)
+    if STATE.inference:
+        t._vc = INFERENCE_COUNTER
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -57,7 +60,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     _dt.from_numpy_dtype(array.dtype)
-    return Tensor._wrap(array)
+    return _leaf(array, False)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

@@ -22,6 +22,7 @@ from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import engine as _engine
 from .autograd import node as _node_module
+from .autograd.grad_mode import INFERENCE_COUNTER as _INFERENCE_COUNTER
 from .autograd.grad_mode import STATE as _GRAD_MODE
 from .autograd.node import AccumulateGrad
 from .ops import registry as _registry
@@ -109,6 +110,8 @@ class Tensor:
         self._grad = None
         self._accumulate = None
         self._retains_grad = False
+        if _GRAD_MODE.inference:
+            self._vc = _INFERENCE_COUNTER
         if requires_grad:
             self.requires_grad_(True)
 
@@ -187,6 +190,9 @@ class Tensor:
             raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to "
                                "use a computed variable in a subgraph that doesn't require differentiation "
                                "use var_no_grad = var.detach().")
+        if requires_grad and self._vc is _INFERENCE_COUNTER and not _GRAD_MODE.inference:
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not "
+                               "allowed.")
         if requires_grad and self._data.dtype.kind != "f":
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients "
                                f"(got dtype {self.dtype.name})")
@@ -256,8 +262,32 @@ class Tensor:
             self._hooked_accumulate = node  # hooks live on the node: keep it while the tensor lives
         return node._add_tensor_hook(self._output_nr, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(tensor)`` after a backward has accumulated this leaf's gradient into ``.grad``.
+
+        >>> w = symgrad.tensor([1.0, 2.0], requires_grad=True)
+        >>> def halve(p):
+        ...     p.grad.mul_(0.5)
+        >>> h = w.register_post_accumulate_grad_hook(halve)
+        >>> (w * 4).sum().backward(); w.grad
+        tensor([2., 2.])
+        """
+        if self._grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        node = _accumulate_node(self)
+        self._hooked_accumulate = node  # hooks live on the node: keep it while the tensor lives
+        return node._add_post_accumulate_hook(hook)
+
+    def is_inference(self) -> bool:
+        """True for a tensor created inside ``inference_mode`` (or a view of one)."""
+        return self._vc is _INFERENCE_COUNTER
+
     @property
     def _version(self) -> int:
+        if self._vc is _INFERENCE_COUNTER:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._version_counter.value
 
     def _bump_version(self) -> None:

@@ -18,6 +18,8 @@ Tensors and every formula is recorded, so the result can be differentiated again
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Sequence
 from operator import attrgetter
 
@@ -29,6 +31,38 @@ from .grad_mode import STATE
 from .node import AccumulateGrad, FormulaNode, Node
 
 _SEQ = attrgetter("_seq")
+
+
+class _GraphTask:
+    """What one running backward will execute: read by ``register_multi_grad_hook``."""
+
+    __slots__ = ("id", "seen", "needed", "allowed_leaves")
+
+    def __init__(self, task_id, seen, needed, allowed_leaves) -> None:
+        self.id, self.seen, self.needed, self.allowed_leaves = task_id, seen, needed, allowed_leaves
+
+    def will_execute(self, node) -> bool:
+        if node not in self.seen:
+            return False
+        if self.needed is not None:
+            return node in self.needed
+        if self.allowed_leaves is not None and isinstance(node, AccumulateGrad):
+            return node in self.allowed_leaves
+        return True
+
+
+class _Tasks(threading.local):
+    stack: list | None = None
+
+
+_TASKS = _Tasks()
+_task_ids = itertools.count()
+
+
+def current_graph_task():
+    """The innermost backward running on this thread, or None."""
+    stack = _TASKS.stack
+    return stack[-1] if stack else None
 _OWN_MIN_SIZE = 4096  # elements; below this, tracking buffer ownership costs more than it saves
 
 
@@ -111,10 +145,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     >>> symgrad.autograd.grad((x * x).sum(), x)
     (tensor([2., 4.]),)
     """
+    from .graph import GradientEdge
+
     outs = _as_tuple(outputs)
-    ins = _as_tuple(inputs)
+    ins = (inputs,) if isinstance(inputs, GradientEdge) else _as_tuple(inputs)
     Tensor = _tensor_cls()
     for i, t in enumerate(ins):
+        if isinstance(t, GradientEdge):
+            if materialize_grads:
+                raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"autograd.grad: inputs[{i}] is {type(t).__name__}, expected a Tensor")
         if not t.requires_grad:
@@ -128,7 +168,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     root_grads = _make_root_grads(outs, grads, create_graph)
     capture: dict = {}
     for k, t in enumerate(ins):
-        node, nr = _root_edge(t, k)
+        node, nr = (t.node, t.output_nr) if isinstance(t, GradientEdge) else _root_edge(t, k)
         capture.setdefault(node, []).append((nr, k))
     captured = _execute(roots, root_grads, retain_graph, create_graph, capture=capture, n_capture=len(ins))
     result = []
@@ -261,6 +301,34 @@ def _needed_nodes(order: list, targets) -> set:
     return needed
 
 
+def _place_leaves(order: list) -> list:
+    """Move each AccumulateGrad node (sorted last) to just after the last node that feeds it: its
+    gradient is complete there, and PyTorch runs a leaf's hooks as soon as it is.  Leaves fed by the
+    same node keep that node's input order."""
+    n_leaves = 0
+    for node in reversed(order):
+        if node._seq != -1:
+            break
+        n_leaves += 1
+    if not n_leaves or n_leaves == len(order):
+        return order
+    body = order[:-n_leaves]
+    after: dict = {}  # position in body -> the leaves whose last consumer is there
+    placed = set()
+    for i in range(len(body) - 1, -1, -1):
+        for nxt, _ in body[i]._next:
+            if nxt is not None and nxt._seq == -1 and nxt not in placed:
+                placed.add(nxt)
+                after.setdefault(i, []).append(nxt)
+    result = [leaf for leaf in order[-n_leaves:] if leaf not in placed]  # roots themselves
+    for i, node in enumerate(body):
+        result.append(node)
+        leaves = after.get(i)
+        if leaves is not None:
+            result.extend(leaves)
+    return result
+
+
 def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool, capture=None,
              n_capture: int = 0, accumulate_only=None):
     """Run the graph from ``roots``; returns the captured gradients when ``capture`` is given.
@@ -271,23 +339,25 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
     dependency counts.  AccumulateGrad nodes (sinks, ``_seq`` -1) run last.
     """
     stack = []
-    seen = set()
+    seen: dict = {}  # a dict: ties in the run order (leaves) follow discovery order, not hashes
     for node, _ in roots:
         if node not in seen:
-            seen.add(node)
+            seen[node] = None
             stack.append(node)
     while stack:
         node = stack.pop()
         for nxt, _ in node._next:
             if nxt is not None and nxt not in seen:
-                seen.add(nxt)
+                seen[nxt] = None
                 stack.append(nxt)
 
-    order = sorted(seen, key=_SEQ, reverse=True)
+    order = _place_leaves(sorted(seen, key=_SEQ, reverse=True))
     needed = _needed_nodes(order, capture.keys()) if capture is not None else None
     allowed_leaves = None
     if accumulate_only is not None:
         allowed_leaves = {_root_edge(t, i)[0] for i, t in enumerate(accumulate_only)}
+        needed = _needed_nodes(order, allowed_leaves | {t._grad_fn for t in accumulate_only
+                                                        if t._grad_fn is not None})
         for t in accumulate_only:
             if t._grad_fn is not None and not t._retains_grad:
                 t.retain_grad()
@@ -303,6 +373,10 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
             buf.extend([None] * (nr + 1 - len(buf)))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
+    tasks = _TASKS.stack
+    if tasks is None:
+        tasks = _TASKS.stack = []
+    tasks.append(_GraphTask(next(_task_ids), seen, needed, allowed_leaves))
     prev_mode = STATE.enabled
     STATE.enabled = create_graph
     check_nan = anomaly.is_anomaly_check_nan_enabled()
@@ -368,6 +442,7 @@ def _execute(roots: list, root_grads: list, keep_graph: bool, create_graph: bool
                         owned[id(total)] = total
     finally:
         STATE.enabled = prev_mode
+        tasks.pop()
     return captured
 
 
@@ -378,6 +453,9 @@ def _run_special(node, grads, owned, capture, captured, needed, allowed_leaves, 
     # Which incoming arrays this backward created itself and nobody else holds: AccumulateGrad
     # may steal those instead of copying them.
     mine = [owned.pop(id(g), None) is not None for g in grads] if owned else None
+    if (allowed_leaves is not None and node.__class__ is AccumulateGrad and node not in allowed_leaves) or \
+            (needed is not None and node not in needed):
+        return [None] * len(node._next)  # not part of this backward: its hooks do not run either
     if node._pre_hooks:
         _run_tensor_hooks(node, grads, create_graph)
         mine = None
@@ -397,13 +475,19 @@ def _run_special(node, grads, owned, capture, captured, needed, allowed_leaves, 
     if skip or (grads[0] is None and all(g is None for g in grads)):
         return [None] * len(nxt_list)
     if slow or node._post_hooks:
-        return _apply_node(node, grads, create_graph, check_nan)
+        return _apply_node(node, grads, create_graph, check_nan, needed)
     if node.__class__ is AccumulateGrad:
         return node.apply(grads, create_graph, steal=bool(mine and mine[0]))
     outputs = node.apply(grads, create_graph)
     if len(outputs) != len(nxt_list):
         _apply_node_count_error(node, outputs)
-    return outputs
+    return outputs if needed is None else _drop_unneeded(node, outputs, needed)
+
+
+def _drop_unneeded(node: Node, outputs: list, needed: set) -> list:
+    """Gradients for inputs this backward does not reach are None, as PyTorch hands them to hooks."""
+    return [None if g is None or nxt is None or nxt not in needed else g
+            for g, (nxt, _) in zip(outputs, node._next)]
 
 
 def _apply_node_count_error(node, outputs):
@@ -411,7 +495,7 @@ def _apply_node_count_error(node, outputs):
                        f"(expected {len(node._next)}, got {len(outputs)})")
 
 
-def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool) -> list:
+def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool, needed=None) -> list:
     if anomaly.STATE.enabled:
         try:
             outputs = node.apply(grads, create_graph)
@@ -434,6 +518,8 @@ def _apply_node(node: Node, grads: list, create_graph: bool, check_nan: bool) ->
                 where = f" The forward op was created at {site}." if site else ""
                 raise RuntimeError(f"Function '{type(node).__name__}' returned nan values in its {i}th output."
                                    + where)
+    if needed is not None:
+        outputs = _drop_unneeded(node, outputs, needed)
     if node._post_hooks:
         outputs = _run_post_hooks(node, outputs, grads, create_graph)
     return outputs

@@ -17,7 +17,12 @@ import threading
 
 
 class _GradState(threading.local):
-    enabled = True
+    enabled = True        # ops record the graph (read on every op: one flag)
+    grad_flag = True      # the grad mode the user set; differs from `enabled` only inside inference mode
+    inference = False     # inside inference_mode: new tensors are inference tensors
+    saved_hooks = None    # (pack, unpack) of the innermost saved_tensors_hooks, or None
+    saved_hooks_stack = ()
+    saved_hooks_disabled = None  # the message of an active disable_saved_tensors_hooks
 
 
 STATE = _GradState()
@@ -25,7 +30,21 @@ STATE = _GradState()
 
 def is_grad_enabled() -> bool:
     """True when ops record the graph (outside ``no_grad``)."""
-    return STATE.enabled
+    return STATE.grad_flag if STATE.inference else STATE.enabled
+
+
+def _save_mode() -> tuple:
+    return STATE.enabled, STATE.grad_flag
+
+
+def _restore_mode(saved: tuple) -> None:
+    STATE.enabled, STATE.grad_flag = saved
+
+
+def _set_grad_mode(mode: bool) -> None:
+    # inside inference mode nothing records, whatever grad mode says (as in PyTorch)
+    STATE.grad_flag = mode
+    STATE.enabled = mode and not STATE.inference
 
 
 class _GradModeBase:
@@ -34,15 +53,15 @@ class _GradModeBase:
     _target: bool
 
     def __init__(self) -> None:
-        self._prev: list[bool] = []
+        self._prev: list[tuple] = []
 
     def __enter__(self):
-        self._prev.append(STATE.enabled)
-        STATE.enabled = self._target
+        self._prev.append(_save_mode())
+        _set_grad_mode(self._target)
         return self
 
     def __exit__(self, *exc) -> None:
-        STATE.enabled = self._prev.pop()
+        _restore_mode(self._prev.pop())
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -84,17 +103,17 @@ class set_grad_enabled(_GradModeBase):
     def __init__(self, mode: bool) -> None:
         super().__init__()
         self._target = bool(mode)
-        self._prev.append(STATE.enabled)
-        STATE.enabled = self._target  # a plain call takes effect immediately
+        self._prev.append(_save_mode())
+        _set_grad_mode(self._target)  # a plain call takes effect immediately
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        STATE.enabled = self._prev.pop()
+        _restore_mode(self._prev.pop())
 
     def __call__(self, fn):
-        STATE.enabled = self._prev.pop()  # used as a decorator: undo the immediate effect
+        _restore_mode(self._prev.pop())  # used as a decorator: undo the immediate effect
         mode = self._target
 
         @functools.wraps(fn)
@@ -103,3 +122,86 @@ class set_grad_enabled(_GradModeBase):
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+ERR_INFERENCE_SAVED = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
+    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use "
+    "it in autograd, or use `symgrad.no_grad()` instead of `symgrad.inference_mode()`.")
+ERR_INFERENCE_INPLACE = (
+    "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a "
+    "normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details.")
+
+
+class _InferenceVersionCounter:
+    """The version counter of every inference tensor: it tracks nothing.
+
+    Saving an inference tensor for backward reads its version, so this is where PyTorch's
+    "cannot be saved for backward" error comes from, at no cost to ordinary tensors.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> int:
+        if STATE.inference:  # in-place updates inside inference mode are allowed and not counted
+            return 0
+        raise RuntimeError(ERR_INFERENCE_SAVED)
+
+    @value.setter
+    def value(self, new: int) -> None:
+        pass
+
+
+INFERENCE_COUNTER = _InferenceVersionCounter()
+
+
+def is_inference_mode_enabled() -> bool:
+    """True inside ``inference_mode()``."""
+    return STATE.inference
+
+
+class inference_mode:
+    """Like ``no_grad``, and tensors created inside are *inference tensors*: they can never be saved
+    for backward later, nor updated in place outside inference mode (PyTorch's rules).
+
+    Context manager or decorator (``@inference_mode``, ``@inference_mode()``); ``mode=False`` turns
+    inference mode off and grad mode on inside.
+
+    >>> import symgrad
+    >>> with symgrad.inference_mode():
+    ...     y = symgrad.ones(2) * 2
+    >>> y.is_inference(), y.requires_grad
+    (True, False)
+    """
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)  # bare @inference_mode on a function
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self._prev: list = []
+
+    def __enter__(self):
+        self._prev.append((STATE.enabled, STATE.grad_flag, STATE.inference))
+        STATE.inference = self.mode
+        _set_grad_mode(not self.mode)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        STATE.enabled, STATE.grad_flag, STATE.inference = self._prev.pop()
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def clone(self) -> inference_mode:
+        return self.__class__(self.mode)

@@ -71,9 +71,14 @@ class Node:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} object at {hex(id(self))}>"
 
+    _metadata = None
+
     @property
     def metadata(self) -> dict:
-        return {}
+        """A dict for the user's own notes about this node (kept as long as the node)."""
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
 
     def register_hook(self, fn):
         """Post-hook ``fn(grad_inputs, grad_outputs)``, called after the node runs."""
@@ -155,20 +160,42 @@ class AccumulateGrad(Node):
         self.variable = variable
         self._meta = ((variable.shape, variable.dtype),)
 
+    _post_accumulate_hooks = None
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"  # PyTorch's name, which programs may compare against
+
+    def _add_post_accumulate_hook(self, fn):
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = []
+        self._post_accumulate_hooks.append(fn)
+        return RemovableHandle(self._post_accumulate_hooks, fn)
+
     def apply(self, grads: list, create_graph: bool, steal: bool = False) -> list:
+        if grads[0] is None:
+            return []
+        self._accumulate(grads[0], steal)
+        if self._post_accumulate_hooks:
+            for hook in list(self._post_accumulate_hooks):
+                result = hook(self.variable)
+                if isinstance(result, _Tensor):
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+                if result is not None:
+                    raise TypeError(f"expected None, but post accumulate grad hook returned "
+                                    f"'{type(result).__name__}' (these hooks cannot return anything)")
+        return []
+
+    def _accumulate(self, g, steal: bool) -> None:
         from ..tensor import Tensor
 
         var = self.variable
-        g = grads[0]
-        if g is None:
-            return []
         current = var._grad
         if isinstance(g, Tensor):  # create_graph: keep the graph of the gradient
             if current is None:
                 var._grad = g if g._grad_fn is not None else Tensor._wrap(np.array(g._data, copy=True))
             else:
                 var._grad = current + g
-            return []
+            return
         if current is None:
             # The engine may hand one array to several consumers: copy unless it says the array is ours.
             if steal and g.dtype == var._data.dtype:
@@ -179,7 +206,6 @@ class AccumulateGrad(Node):
             var._grad = Tensor._wrap(current._data + g)
         else:
             np.add(current._data, g, out=current._data, casting="unsafe")
-        return []
 
 
 class SavedVariable:
@@ -220,6 +246,83 @@ class SavedVariable:
         t._output_nr = self.node_output
         t._version_counter = self.counter
         return t
+
+
+class PackedSaved:
+    """A tensor saved for backward under ``saved_tensors_hooks``: what the pack hook returned.
+
+    Reading it calls the unpack hook.  Under ``create_graph`` the unpacked data is rewrapped with
+    the original tensor's place in the graph, so that the gradient can be differentiated again.
+    As in PyTorch, no version check is made: the hooks own the saved data.
+    """
+
+    __slots__ = ("packed", "unpack_hook", "edge", "output_nr")
+
+    def __init__(self, tensor, pack_hook, unpack_hook, output_nr: int = -1) -> None:
+        self.unpack_hook = unpack_hook
+        self.output_nr = output_nr  # >= 0: an output of the node itself (no edge kept: it would be a cycle)
+        if output_nr < 0:
+            from ..tensor import gradient_edge
+
+            self.edge = gradient_edge(tensor)
+        else:
+            self.edge = None
+        self.packed = pack_hook(tensor)
+
+    def check(self, node: Node, name: str) -> None:
+        pass
+
+    def _unpacked(self):
+        t = self.unpack_hook(self.packed)
+        if not isinstance(t, _Tensor):
+            raise TypeError("Output of saved tensor unpack_hook expected to be a Tensor but got result of type "
+                            f"{type(t).__name__}")
+        return t
+
+    def unpack_array(self):
+        return self._unpacked()._data
+
+    def unpack_tensor(self, node: Node):
+        import weakref
+
+        t = _Tensor._wrap(self._unpacked()._data)
+        if self.output_nr >= 0:
+            t._grad_fn, t._output_nr = node, self.output_nr
+        else:
+            edge_node, nr = self.edge
+            if edge_node.__class__ is AccumulateGrad:
+                t._requires_grad = True
+                t._accumulate = weakref.ref(edge_node)
+            elif edge_node is not None:
+                t._grad_fn, t._output_nr = edge_node, nr
+        return t
+
+
+def _pack_one(value, outputs, node, pack, unpack):
+    if value.__class__ is SavedVariable:
+        if value.is_output:
+            # found by its array: a non-differentiable output (max.dim's indices) has no output number
+            out = next(o for o in outputs if o._data is value.data)
+            if out._grad_fn is node:
+                return PackedSaved(out, pack, unpack, out._output_nr)
+            return PackedSaved(out, pack, unpack)
+        return PackedSaved(value.tensor, pack, unpack)
+    if isinstance(value, _Tensor):
+        return PackedSaved(value, pack, unpack)
+    if value.__class__ is list:
+        return [_pack_one(v, outputs, node, pack, unpack) for v in value]
+    return value
+
+
+def pack_saved(node, outputs) -> None:
+    """Hand the tensors ``node`` saved for backward to the active ``saved_tensors_hooks`` pack hook."""
+    from .grad_mode import STATE
+
+    pack, unpack = STATE.saved_hooks
+    saved = node._saved
+    for name, value in list(saved.items()):
+        saved[name] = _pack_one(value, outputs, node, pack, unpack)
+    node._versions = None
 
 
 def _version_error(node, name, data, now, expected, kind):
@@ -273,6 +376,8 @@ class FormulaNode(Node):
         for name, value in self._saved.items():
             if value.__class__ is _Tensor:
                 env[name] = value if create_graph else value._data
+            elif value.__class__ is PackedSaved:
+                env[name] = value.unpack_tensor(self) if create_graph else value.unpack_array()
             elif value.__class__ is SavedVariable:
                 if value.counter.value != value.version:
                     value.check(self, name)
@@ -314,6 +419,11 @@ class FormulaNode(Node):
         return out
 
     def __getattr__(self, name: str):
+        if name.startswith("_raw_saved_"):  # grad_fn._raw_saved_self.register_hooks(pack, unpack)
+            key = name[len("_raw_saved_"):]
+            saved = object.__getattribute__(self, "_saved")
+            if saved is None or key in saved:
+                return SavedTensor(self, key)
         # grad_fn._saved_self, grad_fn._saved_other, ... as in PyTorch
         if name.startswith("_saved_"):
             key = name[len("_saved_"):]
@@ -322,10 +432,43 @@ class FormulaNode(Node):
                 raise RuntimeError(ERR_BACKWARD_TWICE)
             if key in saved:
                 v = saved[key]
-                return v.unpack_tensor(self) if isinstance(v, SavedVariable) else v
+                return v.unpack_tensor(self) if isinstance(v, (SavedVariable, PackedSaved)) else v
             if key == "result" and "result" in saved:
                 return saved["result"].unpack_tensor(self)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+class SavedTensor:
+    """``grad_fn._raw_saved_<name>``: one saved tensor, on which hooks can be set after the fact."""
+
+    def __init__(self, node: FormulaNode, key: str) -> None:
+        self._node, self._key = node, key
+
+    def register_hooks(self, pack_hook, unpack_hook) -> None:
+        """Pack the saved tensor now; ``unpack_hook`` gets it back whenever it is read."""
+        node = self._node
+        saved = node._saved
+        if saved is None:
+            raise RuntimeError("Calling register_hooks on a saved tensor after it has been freed. Saved "
+                               "intermediate values of the graph are freed when you call .backward() or "
+                               "autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                               "graph a second time or if you need to access saved variables after calling "
+                               "backward.")
+        value = saved[self._key]
+        if value.__class__ is PackedSaved:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. "
+                               "Hint: only one pair of hooks is allowed at a time.")
+        if value.__class__ is SavedVariable:
+            value.check(node, self._key)
+            tensor = value.unpack_tensor(node)
+            saved[self._key] = PackedSaved(tensor, pack_hook, unpack_hook,
+                                           value.node_output if value.is_output else -1)
+        elif isinstance(value, _Tensor):
+            saved[self._key] = PackedSaved(value, pack_hook, unpack_hook)
+        else:
+            raise TypeError(f"{type(node).__name__}._raw_saved_{self._key} is not a tensor: no hooks can be set")
+        if node._versions is not None:
+            node._versions = [(n, v) for n, v in node._versions if n != self._key] or None
 
 
 class FusedBackward:
@@ -382,7 +525,9 @@ class FusedBackward:
                           f"        {p} = {p}.unpack_tensor(node_) if create_graph else {p}.unpack_array()",
                           # a Tensor subclass (a numpy-face value saved during a trace)
                           f"    elif not create_graph and isinstance({p}, Tensor_):",
-                          f"        {p} = {p}._data"]
+                          f"        {p} = {p}._data",
+                          f"    elif {p}.__class__ is PackedSaved_:",  # saved_tensors_hooks
+                          f"        {p} = {p}.unpack_tensor(node_) if create_graph else {p}.unpack_array()"]
             else:
                 lines.append(f"    {p} = saved_[{p!r}]")
         lines.append("    next_ = node_._next")
@@ -398,7 +543,7 @@ class FusedBackward:
     def _compile(self, which: int):
         glb = dict(self._namespaces[which]())
         glb.update(ERR_BACKWARD_TWICE=ERR_BACKWARD_TWICE, check_versions=_check_versions, Tensor_=_Tensor,
-                   SavedVariable_=SavedVariable, tensor_mode_=bool(which),
+                   SavedVariable_=SavedVariable, PackedSaved_=PackedSaved, tensor_mode_=bool(which),
                    tensor_version_=lambda node, grads, cg: self.run(node, grads, cg))
         exec(compile(self.source, "<fused backward>", "exec"), glb)
         fn = self._fns[which] = glb["backward"]

@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as _dt
-from ..autograd.grad_mode import STATE
+from ..autograd.grad_mode import ERR_INFERENCE_INPLACE, INFERENCE_COUNTER, STATE
 from ..rules.vocab import (
     _exclusive_prod,
     _np_cumprod_backward,
@@ -1306,6 +1306,8 @@ def _negative_step_slice(t: Tensor, dim: int, start: int, stop: int, step: int) 
 # --- in-place ops ---------------------------------------------------------------------------
 
 def _check_inplace_leaf(t: Tensor) -> None:
+    if t._vc is INFERENCE_COUNTER and not STATE.inference:
+        raise RuntimeError(ERR_INFERENCE_INPLACE)
     if STATE.enabled and t._grad_fn is None and t._requires_grad:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
 

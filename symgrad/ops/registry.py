@@ -21,8 +21,8 @@ import numpy as np
 import sympy
 
 from ..autograd.anomaly import STATE as _anomaly_state
-from ..autograd.grad_mode import STATE
-from ..autograd.node import FusedBackward, SavedVariable, _sequence, make_node_class
+from ..autograd.grad_mode import INFERENCE_COUNTER, STATE
+from ..autograd.node import FusedBackward, SavedVariable, _sequence, make_node_class, pack_saved
 from ..dtypes import from_numpy_dtype, get_default_dtype, result_type
 from ..rules import diskcache, table, vocab
 from ..rules.printers import compile_formula, compile_source, formula_source
@@ -417,7 +417,7 @@ def _generate(op: OpDef, entry: str):
            "asarray": np.asarray, "fix": _fix_dtype, "check_float": _check_float, "new": _new,
            "STATE": STATE, "SavedVariable": SavedVariable, "anomaly_state": _anomaly_state,
            "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error,
-           "to_float": _to_default_float}
+           "to_float": _to_default_float, "INFERENCE_VC": INFERENCE_COUNTER, "pack_saved": pack_saved}
 
     if entry == "call":
         params, default_values = [], []
@@ -534,7 +534,12 @@ def _generate(op: OpDef, entry: str):
             lines.append("        t._grad_fn = node")
             if op.saves_result:
                 lines.append("        node._saved['result'] = SavedVariable(t, is_output=True)")
-            lines += ["        if anomaly_state.enabled:", f"            node._trace = format_stack()[:-{cut}]"]
+            lines += ["        if STATE.saved_hooks is not None:", "            pack_saved(node, (t,))",
+                      "        if anomaly_state.enabled:", f"            node._trace = format_stack()[:-{cut}]"]
+            # inference mode turns grad mode off, so only tensors made without a node can be inference tensors
+            lines += ["    elif STATE.inference and t._vc is None:", "        t._vc = INFERENCE_VC"]
+        else:
+            lines += ["    if STATE.inference and t._vc is None:", "        t._vc = INFERENCE_VC"]
         lines += ["    if reg._recorder is not None:", "        reg._recorder.record(op, args, (t,))", "    return t"]
     else:
         # 4-7 for a tuple of outputs (or one array from a list-input op)
@@ -551,6 +556,8 @@ def _generate(op: OpDef, entry: str):
                   "        t = new(Tensor)", "        t._data = o"]
         if op.view:
             lines.append("        t._version_counter = view_of")
+        else:  # a view shares its base's counter: inference only if the base is
+            lines += ["        if STATE.inference:", "            t._vc = INFERENCE_VC"]
         if records:
             glb["out_diff"] = out_diff
             lines += [f"        if node is not None and (k >= {len(out_diff)} or out_diff[k]):",
@@ -561,6 +568,8 @@ def _generate(op: OpDef, entry: str):
             lines.append("    if node is not None:")
             lines += [f"        node._saved[{name!r}] = SavedVariable(results[{k}], is_output=True)"
                       for name, k in results_saved]
+        if records:
+            lines += ["    if node is not None and STATE.saved_hooks is not None:", "        pack_saved(node, results)"]
         lines += ["    if reg._recorder is not None:", "        reg._recorder.record(op, args, results)",
                   "    return tuple(results) if multi else results[0]"]
 
