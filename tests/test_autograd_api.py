@@ -1240,14 +1240,21 @@ class _Cube(symgrad.autograd.Function):
 @pytest.mark.parametrize("requires_grad", [True, False])
 def test_custom_function_in_compile_is_refused(requires_grad):
     """Tracing through a Function's forward would differentiate its ops instead of its backward (a
-    wrong gradient for a straight-through estimator, say): symgrad.compile refuses it by name."""
+    wrong gradient for a straight-through estimator, say): symgrad.compile refuses it by name, and
+    without strict=True runs the call eagerly, through the Function's own backward."""
     def f(x):
         return _Cube.apply(x).sum() + x.sum()
 
-    compiled = symgrad.compile(f)
+    strict = symgrad.compile(f, strict=True)
     x = symgrad.tensor([1.0, 2.0], requires_grad=requires_grad)
     with pytest.raises(RuntimeError, match=re.escape("custom autograd.Function _Cube.apply cannot be compiled")):
-        compiled(x)
+        strict(x)
+    compiled = symgrad.compile(f)
+    x = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.warns(symgrad.EagerFallbackWarning, match=re.escape("_Cube.apply cannot be compiled")):
+        compiled(x).backward()
+    assert x.grad.tolist() == [4.0, 13.0]
+    assert compiled.stats()["eager_fallbacks"] == 1
     # eagerly the same function is fine
     x = symgrad.tensor([1.0, 2.0], requires_grad=True)
     f(x).backward()
