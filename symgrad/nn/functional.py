@@ -11,7 +11,7 @@ reduction; its transpose ``_col2im`` is the gradient.  The signatures are PyTorc
 >>> loss = F.cross_entropy(x, torch.tensor([2]))
 >>> loss.backward()
 >>> round(loss.item(), 4), x.grad
-(0.1291, tensor([[ 0.1185,  0.0059, -0.1244]]))
+(0.1328, tensor([[ 0.1185,  0.0059, -0.1244]]))
 """
 
 from __future__ import annotations
