@@ -235,7 +235,8 @@ def _cotangent_loss(lib, outs, rng_seed):
     for o in outs:
         if not o.dtype.is_floating_point:
             continue
-        w = r.standard_normal(tuple(o.shape)).astype(_numpy(o).dtype)
+        np_dtype = o.detach().numpy().dtype if lib is torch else o.dtype.np   # no data read: o may be traced
+        w = r.standard_normal(tuple(o.shape)).astype(np_dtype)
         total = total + (o * (torch.tensor(w) if lib is torch else symgrad.tensor(w))).sum()
     return total
 
@@ -282,3 +283,196 @@ def _second(lib, h, inputs):
     if not getattr(h, "requires_grad", False):
         return [None] * len(inputs)
     return lib.autograd.grad(h, inputs, allow_unused=True)
+
+
+# --- compiled ---------------------------------------------------------------------------------
+
+def _scalar_program(call, n_out_float):
+    """The case as a scalar loss (fixed weights on every float output), for symgrad.compile."""
+    def program(*args):
+        outs = _outputs(call(SF, *args))
+        return _cotangent_loss(symgrad, outs, 1)
+    return program
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_compiled_numpy_backend_matches_eager(case):
+    """Every case traced, differentiated by the compiler and run by the numpy backend equals eager symgrad."""
+    name, call, makers, diff, _ = case
+    r = np.random.default_rng(abs(hash(name)) % 2**32)
+    arrays = [m(r) for m in makers]
+    if not diff:
+        return
+    program = _scalar_program(call, len(diff))
+    eager_in = _build(symgrad, arrays, diff, np.float64)
+    program(*eager_in).backward()
+    compiled = symgrad.compile(program, backend="numpy")
+    comp_in = _build(symgrad, arrays, diff, np.float64)
+    out = compiled(*comp_in)
+    out.backward()
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    np.testing.assert_allclose(out.item(), program(*_build(symgrad, arrays, diff, np.float64)).item(), rtol=1e-10)
+    for i in diff:
+        np.testing.assert_allclose(comp_in[i].grad.numpy(), eager_in[i].grad.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=f"{name}: gradient of argument {i}")
+
+
+def _cross_entropy_loss(x, w, t):
+    return SF.cross_entropy(x @ w, t, label_smoothing=0.1)
+
+
+def _mlp(x, w1, b1, g, b, w2, t):
+    h = SF.layer_norm(SF.gelu(SF.linear(x, w1, b1)), (w1.shape[0],), g, b)
+    return SF.mse_loss(SF.linear(h, w2), t)
+
+
+def _cnn(x, k, kb, w, t):
+    h = SF.max_pool2d(SF.relu(SF.conv2d(x, k, kb, padding=1)), 2)
+    h = SF.avg_pool2d(h, 2, ceil_mode=True)
+    return SF.cross_entropy(SF.linear(h.reshape(h.shape[0], -1), w), t)
+
+
+def _program_args(name, r):
+    return {
+        "cross_entropy": [r.standard_normal((8, 5)), r.standard_normal((5, 4)), r.integers(0, 4, 8)],
+        "mlp_gelu_layer_norm": [r.standard_normal(s) for s in [(6, 5), (7, 5), (7,), (7,), (7,), (3, 7), (6, 3)]],
+        "cnn_conv_pool": [r.standard_normal((2, 3, 8, 8)), r.standard_normal((4, 3, 3, 3)), r.standard_normal(4),
+                          r.standard_normal((5, 16)), r.integers(0, 5, 2)],
+    }[name]
+
+
+PROGRAMS = {"cross_entropy": _cross_entropy_loss, "mlp_gelu_layer_norm": _mlp, "cnn_conv_pool": _cnn}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_compiled_numba_programs_match_eager_and_torch(name):
+    fn = PROGRAMS[name]
+    compiled = symgrad.compile(fn, backend="numba")
+    for seed in (0, 1):      # the second call reuses the kernels on new values
+        arrays = _program_args(name, np.random.default_rng(seed))
+        diff = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+        eager_in, comp_in = _build(symgrad, arrays, diff, np.float64), _build(symgrad, arrays, diff, np.float64)
+        torch_in = _build(torch, arrays, diff, np.float64)
+        fn(*eager_in).backward()
+        out = compiled(*comp_in)
+        out.backward()
+        want = {"cross_entropy": lambda x, w, t: TF.cross_entropy(x @ w, t, label_smoothing=0.1),
+                "mlp_gelu_layer_norm": lambda x, w1, b1, g, b, w2, t: TF.mse_loss(
+                    TF.linear(TF.layer_norm(TF.gelu(TF.linear(x, w1, b1)), (7,), g, b), w2), t),
+                "cnn_conv_pool": lambda x, k, kb, w, t: TF.cross_entropy(TF.linear(TF.avg_pool2d(TF.max_pool2d(
+                    TF.relu(TF.conv2d(x, k, kb, padding=1)), 2), 2, ceil_mode=True).reshape(2, -1), w), t),
+                }[name](*torch_in)
+        want.backward()
+        np.testing.assert_allclose(out.item(), want.item(), rtol=1e-10)
+        for i in diff:
+            np.testing.assert_allclose(comp_in[i].grad.numpy(), eager_in[i].grad.numpy(), rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(comp_in[i].grad.numpy(), torch_in[i].grad.numpy(), rtol=1e-9, atol=1e-12)
+    assert compiled.stats()["traces"] == 1
+
+
+def test_dropout_draws_a_fresh_mask_at_every_compiled_call():
+    def fn(x):       # two dropouts of one tensor: two independent masks, not one merged value
+        return (SF.dropout(x, 0.5) + SF.dropout(x, 0.5) * 10.0).sum()
+
+    compiled = symgrad.compile(fn)
+    grads = []
+    for _ in range(2):
+        x = symgrad.tensor(np.ones(4000), requires_grad=True)
+        y = compiled(x)
+        y.backward()
+        g = x.grad.numpy()
+        assert set(np.unique(g)) == {0.0, 2.0, 20.0, 22.0}     # mask / (1 - p), for each mask
+        assert y.item() == pytest.approx(g.sum())              # the backward used the forward's masks
+        grads.append(g)
+    assert 0.6 < np.mean(grads[0] != grads[1]) < 0.9
+
+
+def test_dropout_follows_manual_seed_and_scales():
+    symgrad.manual_seed(7)
+    a = SF.dropout(symgrad.ones(1000), 0.25).numpy()
+    symgrad.manual_seed(7)
+    b = SF.dropout(symgrad.ones(1000), 0.25).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert set(np.unique(a)) == {0.0, np.float32(1 / 0.75)}
+    assert 0.18 < np.mean(a == 0) < 0.32
+    x = symgrad.ones(3, requires_grad=True)
+    assert SF.dropout(x, 0.5, training=False) is x
+    np.testing.assert_array_equal(SF.dropout(x, 1.0).detach().numpy(), np.zeros(3))
+
+
+def test_one_hot_matches_torch():
+    t = np.array([[0, 3], [2, 1]])
+    got = SF.one_hot(symgrad.tensor(t))
+    want = TF.one_hot(torch.tensor(t))
+    assert got.dtype == symgrad.int64
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    np.testing.assert_array_equal(SF.one_hot(symgrad.tensor(t), 6).numpy(), TF.one_hot(torch.tensor(t), 6).numpy())
+
+
+def test_max_pool_gradient_goes_to_the_first_of_tied_maxima():
+    x = np.zeros((1, 1, 2, 2))
+    got, want = symgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    SF.max_pool2d(got, 2).sum().backward()
+    TF.max_pool2d(want, 2).sum().backward()
+    np.testing.assert_array_equal(got.grad.numpy(), want.grad.numpy())
+
+
+def test_inplace_activation_writes_into_its_input():
+    x = symgrad.tensor([-1.0, 2.0])
+    y = SF.relu(x, inplace=True)
+    assert y is x
+    np.testing.assert_array_equal(x.numpy(), [0.0, 2.0])
+
+
+# --- errors for unsupported or invalid arguments --------------------------------------------------
+
+def _x(*shape):
+    return symgrad.tensor(np.ones(shape))
+
+
+ERRORS = [
+    ("conv2d_same_strided", lambda: SF.conv2d(_x(1, 1, 5, 5), _x(1, 1, 3, 3), stride=2, padding="same"),
+     ValueError, "padding='same' is not supported for strided"),
+    ("conv2d_bad_padding_string", lambda: SF.conv2d(_x(1, 1, 5, 5), _x(1, 1, 3, 3), padding="full"),
+     ValueError, "Invalid padding string"),
+    ("conv2d_channels", lambda: SF.conv2d(_x(1, 2, 5, 5), _x(1, 3, 3, 3)), RuntimeError, "expected input"),
+    ("conv2d_kernel_too_big", lambda: SF.conv2d(_x(1, 1, 2, 2), _x(1, 1, 3, 3)), RuntimeError,
+     "Kernel size can't be greater"),
+    ("conv2d_dtype", lambda: SF.conv2d(_x(1, 1, 5, 5), symgrad.ones(1, 1, 3, 3)), RuntimeError, "same dtype"),
+    ("pad_odd", lambda: SF.pad(_x(2, 2), (1,)), ValueError, "divisible by 2"),
+    ("pad_mode", lambda: SF.pad(_x(1, 2, 3), (1, 1), mode="symmetric"), NotImplementedError, "mode='symmetric'"),
+    ("pad_reflect_too_wide", lambda: SF.pad(_x(1, 2, 3), (3, 0), mode="reflect"), RuntimeError, "at most 2"),
+    ("max_pool_pad", lambda: SF.max_pool2d(_x(1, 1, 5, 5), 2, padding=2), RuntimeError, "at most half"),
+    ("avg_pool_pad", lambda: SF.avg_pool2d(_x(1, 1, 5, 5), 2, padding=2), RuntimeError, "half of kernel size"),
+    ("reduction", lambda: SF.mse_loss(_x(2), _x(2), reduction="avg"), ValueError, "not a valid value for reduction"),
+    ("dropout_p", lambda: SF.dropout(_x(2), 1.5), ValueError, "between 0 and 1"),
+    ("gelu_approximate", lambda: SF.gelu(_x(2), approximate="fast"), RuntimeError, "approximate"),
+    ("cross_entropy_target_range", lambda: SF.cross_entropy(_x(2, 3), symgrad.tensor([0, 3])), IndexError,
+     "Target 3 is out of bounds"),
+    ("nll_negative_target", lambda: SF.nll_loss(_x(2, 3), symgrad.tensor([-1, 0])), IndexError, "out of bounds"),
+    ("bce_range", lambda: SF.binary_cross_entropy(_x(2) * 2, _x(2)), RuntimeError, "between 0 and 1"),
+    ("embedding_max_norm", lambda: SF.embedding(symgrad.tensor([0]), _x(3, 2), max_norm=1.0), NotImplementedError,
+     "max_norm"),
+    ("embedding_sparse", lambda: SF.embedding(symgrad.tensor([0]), _x(3, 2), sparse=True), NotImplementedError,
+     "sparse"),
+    ("embedding_range", lambda: SF.embedding(symgrad.tensor([3]), _x(3, 2)), IndexError, "index out of range"),
+    ("one_hot_dtype", lambda: SF.one_hot(symgrad.tensor([1], dtype=symgrad.int32)), RuntimeError, "LongTensor"),
+    ("one_hot_small", lambda: SF.one_hot(symgrad.tensor([4]), 3), RuntimeError, "smaller than num_classes"),
+    ("layer_norm_shape", lambda: SF.layer_norm(_x(2, 3), (2,)), RuntimeError, "normalized_shape"),
+    ("normalize_out", lambda: SF.normalize(_x(2, 3), out=_x(2, 3)), NotImplementedError, "out="),
+    ("sdpa_mask_and_causal", lambda: SF.scaled_dot_product_attention(_x(2, 2), _x(2, 2), _x(2, 2),
+                                                                     attn_mask=_x(2, 2), is_causal=True),
+     RuntimeError, "is_causal"),
+]
+
+
+@pytest.mark.parametrize("call,error,message", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_unsupported_or_invalid_arguments_raise_clear_errors(call, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace("=", "=")):
+        call()
+
+
+def test_one_hot_without_num_classes_refuses_to_compile():
+    compiled = symgrad.compile(lambda t, x: (SF.one_hot(t).to(symgrad.float64) * x).sum())
+    with pytest.raises(NotImplementedError, match="num_classes"):
+        compiled(symgrad.tensor([0, 2]), symgrad.tensor(np.ones(3), requires_grad=True))
