@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..ops import functional as T
 from ..ops import registry
-from ..ops.nn_ops import _dropout_mask, _im2col, window_count
+from ..ops.nn_ops import CONV_ORDER, POOL_ORDER, _dropout_mask, _im2col, window_count
 from ..tensor import Tensor
 
 __all__ = [
@@ -650,17 +650,16 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, spatial: int, 
                            f"input size")
     if any(b or a for b, a in pads):
         x = T._numpy_pad(x, [(0, 0), (0, 0)] + pads, "constant", 0.0)
-    cols = _im2col(x, kernel, dilation, stride)          # (N, C, kh, kw, OH, OW)
-    n, c, kh, kw, oh, ow = cols.shape
+    cols = _im2col(x, kernel, dilation, stride, CONV_ORDER)          # (C, kh, kw, N, OH, OW)
+    c, kh, kw, n, oh, ow = cols.shape
     taps = (c // groups) * kh * kw
-    if groups == 1:
-        out = T.matmul(T.reshape(w, (out_channels, taps)), T.reshape(cols, (n, taps, oh * ow)))
+    if groups == 1:     # one (O, K) @ (K, N*OH*OW) matmul
+        out = T.mm(T.reshape(w, (out_channels, taps)), T.reshape(cols, (taps, n * oh * ow)))
     else:
-        out = T.matmul(T.reshape(w, (groups, out_channels // groups, taps)),
-                       T.reshape(cols, (n, groups, taps, oh * ow)))
-    out = T.reshape(out, (n, out_channels, oh, ow))
+        out = T.bmm(T.reshape(w, (groups, out_channels // groups, taps)), T.reshape(cols, (groups, taps, n * oh * ow)))
     if bias is not None:
-        out = out + T.reshape(_tensor(bias, "bias", op), (out_channels, 1, 1))
+        out = T.reshape(out, (out_channels, n * oh * ow)) + T.reshape(_tensor(bias, "bias", op), (out_channels, 1))
+    out = T.permute(T.reshape(out, (out_channels, n, oh, ow)), (1, 0, 2, 3))
     if spatial == 1:
         out = T.squeeze(out, 2)
     return T.squeeze(out, 0) if unbatched else out
@@ -721,9 +720,9 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         x_padded = T._numpy_pad(x, pads, "constant", -math.inf)
     else:
         x_padded = x
-    cols = _im2col(x_padded, kernel, dilation, stride)
-    n, c, kh, kw, oh, ow = cols.shape
-    values, positions = T.max(T.reshape(cols, (n, c, kh * kw, oh, ow)), 2)
+    cols = _im2col(x_padded, kernel, dilation, stride, POOL_ORDER)     # (N, C, OH, OW, kh, kw)
+    n, c, oh, ow, kh, kw = cols.shape
+    values, positions = T.max(T.reshape(cols, (n, c, oh, ow, kh * kw)), -1)
     if return_indices:
         # flat position in the unpadded input's H x W plane of each window's maximum
         rows = _const(np.arange(oh).reshape(oh, 1) * stride[0] - padding[0], positions)
@@ -751,8 +750,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
         raise RuntimeError("divisor must be not zero")
     pads = [(0, 0), (0, 0)] + [(padding[i], padding[i] + geometry[i][1]) for i in range(2)]
     x_padded = T._numpy_pad(x, pads, "constant", 0.0) if any(b or a for b, a in pads) else x
-    cols = _im2col(x_padded, kernel, (1, 1), stride)
-    sums = T.sum(cols, (2, 3))
+    cols = _im2col(x_padded, kernel, (1, 1), stride, POOL_ORDER)
+    sums = T.sum(cols, (4, 5))
     if divisor_override is not None:
         out = sums / float(divisor_override)
     else:

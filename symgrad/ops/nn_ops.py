@@ -25,21 +25,29 @@ def window_count(size: int, kernel: int, dilation: int, stride: int) -> int:
     return 0 if size < span else (size - span) // stride + 1
 
 
+# the axes of a window array, in the order the primitives name them
+CANONICAL = (0, 1, 2, 3, 4, 5)          # (N, C, kh, kw, OH, OW)
+CONV_ORDER = (1, 2, 3, 0, 4, 5)         # (C, kh, kw, N, OH, OW): reshaped, the (K, N*L) matrix of a matmul
+POOL_ORDER = (0, 1, 4, 5, 2, 3)         # (N, C, OH, OW, kh, kw): the window last, for a reduction
+
+
 @forward("_im2col")
-def _im2col_fwd(self, kernel_size, dilation, stride):
+def _im2col_fwd(self, kernel_size, dilation, stride, order=CANONICAL):
     n, c, h, w = self.shape
     (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
     oh, ow = window_count(h, kh, dh, sh), window_count(w, kw, dw, sw)
     s = self.strides
-    windows = np.lib.stride_tricks.as_strided(
-        self, shape=(n, c, kh, kw, oh, ow),
-        strides=(s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw), writeable=False)
+    shape = (n, c, kh, kw, oh, ow)
+    strides = (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw)
+    windows = np.lib.stride_tricks.as_strided(self, shape=tuple(shape[a] for a in order),
+                                              strides=tuple(strides[a] for a in order), writeable=False)
     return np.ascontiguousarray(windows)
 
 
 @forward("_col2im")
-def _col2im_fwd(cols, input_sizes, kernel_size, dilation, stride):
+def _col2im_fwd(cols, input_sizes, kernel_size, dilation, stride, order=CANONICAL):
     (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
+    cols = np.transpose(cols, np.argsort(order))        # a view with the axes (N, C, kh, kw, OH, OW)
     out = np.zeros(tuple(input_sizes), dtype=cols.dtype)
     oh, ow = cols.shape[-2:]
     if oh == 0 or ow == 0:
@@ -58,15 +66,16 @@ def _dropout_mask_fwd(self, p, draw):
     return (keep * (1.0 / (1.0 - p))).astype(self.dtype)
 
 
-def _im2col(input, kernel_size, dilation, stride):
-    """Windows of an NCHW tensor as (N, C, kh, kw, OH, OW) (Im2ColBackward0)."""
-    return F._call("_im2col", F.as_tensor(input), tuple(kernel_size), tuple(dilation), tuple(stride))
+def _im2col(input, kernel_size, dilation, stride, order=CANONICAL):
+    """Windows of an NCHW tensor, axes (N, C, kh, kw, OH, OW) permuted by ``order`` (Im2ColBackward0)."""
+    return F._call("_im2col", F.as_tensor(input), tuple(kernel_size), tuple(dilation), tuple(stride), tuple(order))
 
 
-def _col2im(cols, input_sizes, kernel_size, dilation, stride):
-    """Sum (N, C, kh, kw, OH, OW) windows back into an ``input_sizes`` NCHW tensor (Col2ImBackward0)."""
+def _col2im(cols, input_sizes, kernel_size, dilation, stride, order=CANONICAL):
+    """Sum windows (axes as :func:`_im2col` lays them out) back into an ``input_sizes`` NCHW tensor
+    (Col2ImBackward0)."""
     return F._call("_col2im", F.as_tensor(cols), tuple(int(s) for s in input_sizes), tuple(kernel_size),
-                   tuple(dilation), tuple(stride))
+                   tuple(dilation), tuple(stride), tuple(order))
 
 
 _draws = itertools.count()
