@@ -302,6 +302,14 @@ SAMPLES = {
     # repeated positions on purpose: only the last write of each keeps its value and gradient
     "keep_last_writes": lambda r: [(U(r, 4, 4), (3, 4), np.array([0, 2, 0, 0])),
                                    (U(r, 3), (3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])))],
+    # torch.nn.functional primitives: windows in the canonical, the conv and the pooling layouts;
+    # dropout's mask with p = 0 and p = 1, the two draws that are not random
+    "_im2col": lambda r: [(U(r, 2, 3, 5, 6), (3, 2), (1, 2), (2, 1), (0, 1, 2, 3, 4, 5)),
+                          (U(r, 1, 2, 4, 4), (2, 2), (1, 1), (1, 1), (1, 2, 3, 0, 4, 5)),
+                          (U(r, 2, 1, 5, 4), (2, 3), (2, 1), (1, 1), (0, 1, 4, 5, 2, 3))],
+    "_col2im": lambda r: [(U(r, 2, 3, 3, 2, 2, 4), (2, 3, 5, 6), (3, 2), (1, 2), (2, 1), (0, 1, 2, 3, 4, 5)),
+                          (U(r, 2, 2, 2, 1, 3, 3), (1, 2, 4, 4), (2, 2), (1, 1), (1, 1), (1, 2, 3, 0, 4, 5))],
+    "_dropout_mask": lambda r: [(U(r, 3, 4), 0.0, 0), (U(r, 2, 3), 1.0, 1)],
 }
 
 
