@@ -476,3 +476,22 @@ def test_one_hot_without_num_classes_refuses_to_compile():
     compiled = symgrad.compile(lambda t, x: (SF.one_hot(t).to(symgrad.float64) * x).sum())
     with pytest.raises(NotImplementedError, match="num_classes"):
         compiled(symgrad.tensor([0, 2]), symgrad.tensor(np.ones(3), requires_grad=True))
+
+
+# functions whose node is the one PyTorch records (the others are compositions: their output's node is
+# the last op of the composition, e.g. DivBackward0 for a mean cross_entropy)
+NAMED_NODES = [
+    ("relu", lambda F, x: F.relu(x)), ("gelu", lambda F, x: F.gelu(x)),
+    ("gelu_tanh", lambda F, x: F.gelu(x, approximate="tanh")), ("leaky_relu", lambda F, x: F.leaky_relu(x, 0.1)),
+    ("hardtanh", lambda F, x: F.hardtanh(x)), ("relu6", lambda F, x: F.relu6(x)), ("elu", lambda F, x: F.elu(x)),
+    ("sigmoid", lambda F, x: F.sigmoid(x)), ("tanh", lambda F, x: F.tanh(x)), ("softmax", lambda F, x: F.softmax(x, 1)),
+    ("log_softmax", lambda F, x: F.log_softmax(x, 1)),
+]
+
+
+@pytest.mark.parametrize("call", [c[1] for c in NAMED_NODES], ids=[c[0] for c in NAMED_NODES])
+def test_grad_fn_names_match_torch(call):
+    x = np.random.default_rng(0).standard_normal((2, 3))
+    got = call(SF, symgrad.tensor(x, requires_grad=True))
+    want = call(TF, torch.tensor(x, requires_grad=True))
+    assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__

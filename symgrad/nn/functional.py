@@ -50,6 +50,12 @@ def _tracing() -> bool:
     return registry._recorder is not None
 
 
+def _float(x: Tensor, op: str) -> Tensor:
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype}")
+    return x
+
+
 def _maybe_inplace(input: Tensor, inplace: bool, fn, *args) -> Tensor:
     if inplace:
         return T.inplace(input, fn, *args, name=fn.__name__)
@@ -71,20 +77,12 @@ def relu_(input) -> Tensor:
     return relu(input, inplace=True)
 
 
-def _gelu_none(x):
-    return x * 0.5 * (1.0 + T.erf(x * (1.0 / math.sqrt(2.0))))
-
-
-def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + T.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
-
-
 def gelu(input, approximate: str = "none") -> Tensor:
     """``x * Phi(x)``; ``approximate='tanh'`` uses the tanh approximation."""
     if approximate == "none":
-        return _gelu_none(_tensor(input, "input", "gelu"))
+        return T._call("gelu", _float(_tensor(input, "input", "gelu"), "gelu"))
     if approximate == "tanh":
-        return _gelu_tanh(_tensor(input, "input", "gelu"))
+        return T._call("gelu_tanh", _float(_tensor(input, "input", "gelu"), "gelu"))
     raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
@@ -122,8 +120,7 @@ def logsigmoid(input) -> Tensor:
 
 
 def _elu(x, alpha):
-    # the exponential branch sees only x <= 0, so a large x cannot make its gradient 0 * inf
-    return T.where(T.gt(x, 0.0), x, alpha * T.expm1(T.clamp_max(x, 0.0)))
+    return T._call("elu", _float(x, "elu"), float(alpha))
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False) -> Tensor:
@@ -132,7 +129,7 @@ def elu(input, alpha: float = 1.0, inplace: bool = False) -> Tensor:
 
 
 def _leaky_relu(x, negative_slope):
-    return T.where(T.gt(x, 0.0), x, x * negative_slope)
+    return T._call("leaky_relu", _float(x, "leaky_relu"), float(negative_slope))
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
@@ -141,8 +138,7 @@ def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False) -> Te
 
 
 def _hardtanh(x, min_val, max_val):
-    # no gradient at the bounds themselves (PyTorch's hardtanh_backward), unlike clamp's
-    return T.where(T.le(x, min_val), min_val, T.where(T.ge(x, max_val), max_val, x))
+    return T._call("hardtanh", x, float(min_val), float(max_val))
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
