@@ -335,6 +335,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     logp = T.log_softmax(x, 1)
     w = _class_weights(weight, classes, x.ndim, x)
     if t.dtype.is_floating_point:
+        if ignore_index != -100:
+            raise RuntimeError("ignore_index is not supported for floating point target")
         if tuple(t.shape) != tuple(x.shape):
             raise RuntimeError(f"cross_entropy: a target of class probabilities must have the input's shape "
                                f"{list(x.shape)}, got {list(t.shape)}")
@@ -768,7 +770,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False) -> Tensor:
     """``softmax(q @ k.T * scale + mask) @ v`` over the last two dims; a bool mask keeps the True positions,
-    a float mask is added; ``is_causal`` keeps the lower triangle."""
+    a float mask is added; ``is_causal`` keeps the lower triangle.  A query whose every key is masked gets
+    zeros (as PyTorch's CPU kernels)."""
     op = "scaled_dot_product_attention"
     q, k, v = _tensor(query, "query", op), _tensor(key, "key", op), _tensor(value, "value", op)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
@@ -789,7 +792,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     elif attn_mask is not None:
         mask = _tensor(attn_mask, "attn_mask", op)
         scores = T.where(mask, scores, -math.inf) if mask.dtype is _dt.bool_ else scores + mask
-    weights = T.softmax(scores, -1)
+    if is_causal or attn_mask is not None:
+        # a row that masks every key attends to nothing: zeros, as PyTorch (not softmax's 0/0), and
+        # its scores are replaced before the softmax so that no nan reaches a gradient either
+        empty = T.eq(T.amax(scores.detach(), -1, keepdim=True), -math.inf)
+        weights = T.where(empty, 0.0, T.softmax(T.where(empty, 0.0, scores), -1))
+    else:
+        weights = T.softmax(scores, -1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return T.matmul(weights, v)
