@@ -33,7 +33,9 @@ __all__ = [
     "logsigmoid", "softmax", "log_softmax", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "cross_entropy",
     "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "linear", "dropout",
     "layer_norm", "normalize", "one_hot", "embedding", "pad", "conv1d", "conv2d", "max_pool2d", "avg_pool2d",
-    "scaled_dot_product_attention",
+    "scaled_dot_product_attention", "batch_norm", "group_norm", "max_pool1d", "avg_pool1d", "adaptive_avg_pool2d",
+    "unfold", "cosine_similarity", "softmin", "softsign", "mish", "selu", "celu", "hardsigmoid", "hardswish",
+    "threshold", "tanhshrink",
 ]
 
 
@@ -152,6 +154,52 @@ def relu6(input, inplace: bool = False) -> Tensor:
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+def selu(input, inplace: bool = False) -> Tensor:
+    """``scale * elu(x, alpha)`` with the self-normalising constants."""
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return _maybe_inplace(_tensor(input, "input", "selu"), inplace, lambda x: scale * _elu(x, alpha))
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError")
+    return _maybe_inplace(_tensor(input, "input", "celu"), inplace, lambda x: alpha * _elu(x / alpha, 1.0))
+
+
+def softsign(input) -> Tensor:
+    x = _tensor(input, "input", "softsign")
+    return x / (1.0 + T.abs(x))
+
+
+def mish(input, inplace: bool = False) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    return _maybe_inplace(_tensor(input, "input", "mish"), inplace, lambda x: x * T.tanh(_softplus_unit(x)))
+
+
+def hardsigmoid(input, inplace: bool = False) -> Tensor:
+    """``relu6(x + 3) / 6``; gradient 1/6 strictly inside (-3, 3)."""
+    return _maybe_inplace(_tensor(input, "input", "hardsigmoid"), inplace,
+                          lambda x: _hardtanh(x + 3.0, 0.0, 6.0) / 6.0)
+
+
+def hardswish(input, inplace: bool = False) -> Tensor:
+    """``x * relu6(x + 3) / 6``."""
+    return _maybe_inplace(_tensor(input, "input", "hardswish"), inplace,
+                          lambda x: x * T.clamp(x + 3.0, 0.0, 6.0) / 6.0)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """``x`` where ``x > threshold``, else ``value``."""
+    return _maybe_inplace(_tensor(input, "input", "threshold"), inplace,
+                          lambda x: T.where(T.gt(x, threshold), x, value))
+
+
+def tanhshrink(input) -> Tensor:
+    x = _tensor(input, "input", "tanhshrink")
+    return x - T.tanh(x)
+
+
 def sigmoid(input) -> Tensor:
     return T.sigmoid(_tensor(input, "input", "sigmoid"))
 
@@ -176,6 +224,12 @@ def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None)
     """``x - logsumexp(x, dim)`` (LogSoftmaxBackward0)."""
     x = _tensor(input, "input", "log_softmax")
     return T.log_softmax(x, _softmax_dim(x.ndim, "log_softmax") if dim is None else dim, dtype=dtype)
+
+
+def softmin(input, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """``softmax(-x, dim)``."""
+    x = _tensor(input, "input", "softmin")
+    return T.softmax(-x, _softmax_dim(x.ndim, "softmin") if dim is None else dim, dtype=dtype)
 
 
 # --- losses -----------------------------------------------------------------------------------
@@ -442,6 +496,14 @@ def linear(input, weight, bias=None) -> Tensor:
     return out if bias is None else out + _tensor(bias, "bias", "linear")
 
 
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (broadcasting)."""
+    a, b = _tensor(x1, "x1", "cosine_similarity"), _tensor(x2, "x2", "cosine_similarity")
+    na = T.clamp_min(T.linalg_vector_norm(a, 2, dim, keepdim=False), eps)
+    nb = T.clamp_min(T.linalg_vector_norm(b, 2, dim, keepdim=False), eps)
+    return T.sum(a * b, dim) / (na * nb)
+
+
 def _dropout(x, p):
     return x * _dropout_mask(x, p)
 
@@ -478,6 +540,82 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
         out = out * _tensor(weight, "weight", "layer_norm")
     if bias is not None:
         out = out + _tensor(bias, "bias", "layer_norm")
+    return out
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
+               momentum: float | None = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each channel (dim 1) by the batch statistics (``training``) or by the running ones.
+
+    In training mode the running statistics are updated in place, as PyTorch does: ``running_mean``
+    with the batch mean and ``running_var`` with the unbiased batch variance, by ``momentum`` (``None``:
+    the cumulative average is not supported)."""
+    x = _tensor(input, "input", "batch_norm")
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {x.ndim}-d")
+    channels = x.shape[1]
+    dims = (0,) + tuple(range(2, x.ndim))
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    if training:
+        count = x.shape[0] * int(np.prod(x.shape[2:], dtype=np.int64))
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+        mean = T.mean(x, dims, keepdim=True)
+        centred = x - mean
+        var = T.mean(centred * centred, dims, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            _update_running_stats(running_mean, running_var, mean, var, count, momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("batch_norm: running_mean and running_var must be given when training=False")
+        centred = x - T.reshape(running_mean, shape)
+        var = T.reshape(running_var, shape)
+    out = centred * T.rsqrt(var + eps)
+    if weight is not None:
+        out = out * T.reshape(_tensor(weight, "weight", "batch_norm"), shape)
+    if bias is not None:
+        out = out + T.reshape(_tensor(bias, "bias", "batch_norm"), shape)
+    return out
+
+
+def _update_running_stats(running_mean, running_var, mean, var, count, momentum) -> None:
+    if momentum is None:
+        raise NotImplementedError("batch_norm: momentum=None (a cumulative moving average) is not supported; "
+                                  "pass a number")
+    if _tracing():
+        raise NotImplementedError("batch_norm: updating running_mean/running_var in place inside a compiled "
+                                  "function is not supported; compile the model in eval mode, or pass "
+                                  "running_mean=None and running_var=None")
+    from ..autograd.grad_mode import no_grad
+    with no_grad():
+        if running_mean is not None:
+            new = (1.0 - momentum) * running_mean._data + momentum * mean._data.reshape(-1)
+            running_mean._data[...] = new
+            running_mean._version_counter.value += 1
+        if running_var is not None:
+            unbiased = var._data.reshape(-1) * (count / (count - 1))
+            running_var._data[...] = (1.0 - momentum) * running_var._data + momentum * unbiased
+            running_var._version_counter.value += 1
+
+
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    """Normalise each group of ``C / num_groups`` channels of each sample, then scale and shift per channel."""
+    x = _tensor(input, "input", "group_norm")
+    if x.ndim < 2:
+        raise RuntimeError(f"group_norm: expected an input of at least 2 dims (N, C, ...), got {x.ndim}-d")
+    n, channels = x.shape[0], x.shape[1]
+    if channels % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(x.shape)} and num_groups={num_groups}")
+    grouped = T.reshape(x, (n, num_groups, -1))
+    centred = grouped - T.mean(grouped, 2, keepdim=True)
+    var = T.mean(centred * centred, 2, keepdim=True)
+    out = T.reshape(centred * T.rsqrt(var + eps), tuple(x.shape))
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * T.reshape(_tensor(weight, "weight", "group_norm"), shape)
+    if bias is not None:
+        out = out + T.reshape(_tensor(bias, "bias", "group_norm"), shape)
     return out
 
 
@@ -762,6 +900,87 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                 start, end = np.maximum(start, 0), np.minimum(end, size)
             counts.append(end - start)
         out = sums / _const(np.outer(counts[0], counts[1]), sums)
+    return T.squeeze(out, 0) if unbatched else out
+
+
+def _as_2d_pool(input, op):
+    x = _tensor(input, "input", op)
+    if x.ndim not in (2, 3):
+        raise RuntimeError(f"{op}: expected a 2-d (unbatched) or 3-d (batched) input, got input of size: "
+                           f"{list(x.shape)}")
+    return T.unsqueeze(x, -2)
+
+
+def _first(value):
+    return value if value is None or isinstance(value, (int, np.integer)) else tuple(value)[0]
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False):
+    """:func:`max_pool2d` over a height of 1."""
+    x = _as_2d_pool(input, "max_pool1d")
+    stride = _first(stride)
+    if stride is not None and not isinstance(stride, (int, np.integer)):
+        stride = None
+    out = max_pool2d(x, (1, _first(kernel_size)), None if stride is None else (1, stride), (0, _first(padding)),
+                     (1, _first(dilation)), ceil_mode, return_indices)
+    if return_indices:
+        return T.squeeze(out[0], -2), T.squeeze(out[1], -2)
+    return T.squeeze(out, -2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """:func:`avg_pool2d` over a height of 1."""
+    x = _as_2d_pool(input, "avg_pool1d")
+    stride = _first(stride)
+    out = avg_pool2d(x, (1, _first(kernel_size)), None if stride is None else (1, stride), (0, _first(padding)),
+                     ceil_mode, count_include_pad)
+    return T.squeeze(out, -2)
+
+
+def adaptive_avg_pool2d(input, output_size) -> Tensor:
+    """Mean over ``output_size`` windows that tile the input, window ``i`` spanning
+    ``[floor(i * H / OH), ceil((i + 1) * H / OH))`` (PyTorch's bins; they may overlap)."""
+    x, unbatched = _batched(_tensor(input, "input", "adaptive_avg_pool2d"), 2, "adaptive_avg_pool2d")
+    sizes = (output_size,) * 2 if isinstance(output_size, (int, np.integer)) or output_size is None else \
+        tuple(output_size)
+    sizes = tuple(x.shape[2 + i] if s is None else int(s) for i, s in enumerate(sizes))
+    if any(s <= 0 for s in sizes):
+        raise RuntimeError(f"adaptive_avg_pool2d: output_size must be positive, got {sizes}")
+    out = x
+    for axis, (size, bins) in enumerate(zip(x.shape[2:], sizes)):
+        dim = 2 + axis
+        if size % bins == 0:      # equal windows: one reshape and a mean
+            shape = list(out.shape)
+            shape[dim:dim + 1] = [bins, size // bins]
+            out = T.mean(T.reshape(out, tuple(shape)), dim + 1)
+            continue
+        # uneven windows: a (bins, size) averaging matrix along this dim (a matmul, differentiable)
+        weights = np.zeros((size, bins))
+        for i in range(bins):
+            start, end = (i * size) // bins, -(-((i + 1) * size) // bins)
+            weights[start:end, i] = 1.0 / (end - start)
+        moved = T.movedim(out, dim, -1)
+        out = T.movedim(T.matmul(moved, _const(weights, out)), -1, dim)
+    return T.squeeze(out, 0) if unbatched else out
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """Sliding windows of an (N, C, H, W) input as (N, C * kh * kw, L), PyTorch's im2col layout."""
+    x, unbatched = _batched(_tensor(input, "input", "unfold"), 2, "unfold")
+    kernel = _tuple(kernel_size, 2, "kernel_size", "unfold")
+    dilation = _tuple(dilation, 2, "dilation", "unfold")
+    padding = _tuple(padding, 2, "padding", "unfold")
+    stride = _tuple(stride, 2, "stride", "unfold")
+    if any(padding):
+        x = T._numpy_pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding], "constant", 0.0)
+    if any(window_count(x.shape[2 + i], kernel[i], dilation[i], stride[i]) == 0 for i in range(2)):
+        raise RuntimeError(f"unfold: the kernel {kernel} with dilation {dilation} does not fit the padded input "
+                           f"{list(x.shape[2:])}")
+    cols = _im2col(x, kernel, dilation, stride)           # (N, C, kh, kw, OH, OW)
+    n, c, kh, kw, oh, ow = cols.shape
+    out = T.reshape(cols, (n, c * kh * kw, oh * ow))
     return T.squeeze(out, 0) if unbatched else out
 
 
