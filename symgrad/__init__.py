@@ -11,7 +11,7 @@ tensor([8.])
 
 from . import (
     autograd,
-    nn,  # noqa: F401,E402 - symgrad.nn, mirroring torch.nn
+    nn,  # noqa: F401 - symgrad.nn, mirroring torch.nn
 )
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .creation import (
