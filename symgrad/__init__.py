@@ -9,7 +9,10 @@
 tensor([8.])
 """
 
-from . import autograd
+from . import (
+    autograd,
+    nn,  # noqa: F401 - symgrad.nn, mirroring torch.nn
+)
 from .autograd import (
     enable_grad,
     inference_mode,

@@ -309,14 +309,19 @@ def _compare_derivatives(name, s_fn, t_fn, points, n_inputs=1, torch_nan_ok=lamb
 
 _KINKS = {"abs": [0.0], "relu": [0.0], "sign": [0.0], "max": [0.0], "min": [0.0]}
 _TORCH_NAMES = {"max": lambda x: x.max(), "min": lambda x: x.min(), "t": lambda x: x.t(),
-                "squeeze": lambda x: x.squeeze(), "clone": lambda x: x.clone()}
+                "squeeze": lambda x: x.squeeze(), "clone": lambda x: x.clone(),
+                "gelu": lambda x: torch.nn.functional.gelu(x),
+                "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+# table ops that symgrad exposes under torch.nn.functional rather than at the top level
+_SYMGRAD_NAMES = {"gelu": lambda x: symgrad.nn.functional.gelu(x),
+                  "gelu_tanh": lambda x: symgrad.nn.functional.gelu(x, approximate="tanh")}
 
 
 @pytest.mark.parametrize("op", UNARY_OPS)
 def test_second_derivatives_match_torch(op):
     name = op.split(".")[0]
     t_fn = _TORCH_NAMES.get(name) or getattr(torch, name)
-    s_fn = getattr(symgrad, name, None) or (lambda x: getattr(x, name)())
+    s_fn = _SYMGRAD_NAMES.get(name) or getattr(symgrad, name, None) or (lambda x: getattr(x, name)())
     points = [p for p in POINTS if p not in _LEFT_OUT.get(name, ())]
     points += [p for p in _KINKS.get(name, []) if p not in points]
     errors = _compare_derivatives(op, s_fn, t_fn, points)

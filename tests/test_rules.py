@@ -302,6 +302,19 @@ SAMPLES = {
     # repeated positions on purpose: only the last write of each keeps its value and gradient
     "keep_last_writes": lambda r: [(U(r, 4, 4), (3, 4), np.array([0, 2, 0, 0])),
                                    (U(r, 3), (3, 4), (np.array([0, 1, 0]), np.array([3, 0, 3])))],
+    # torch.nn.functional primitives: windows in the canonical, the conv and the pooling layouts;
+    # dropout's mask with p = 0 and p = 1, the two draws that are not random
+    "_im2col": lambda r: [(U(r, 2, 3, 5, 6), (3, 2), (1, 2), (2, 1), (0, 1, 2, 3, 4, 5)),
+                          (U(r, 1, 2, 4, 4), (2, 2), (1, 1), (1, 1), (1, 2, 3, 0, 4, 5)),
+                          (U(r, 2, 1, 5, 4), (2, 3), (2, 1), (1, 1), (0, 1, 4, 5, 2, 3))],
+    "_col2im": lambda r: [(U(r, 2, 3, 3, 2, 2, 4), (2, 3, 5, 6), (3, 2), (1, 2), (2, 1), (0, 1, 2, 3, 4, 5)),
+                          (U(r, 2, 2, 2, 1, 3, 3), (1, 2, 4, 4), (2, 2), (1, 1), (1, 1), (1, 2, 3, 0, 4, 5))],
+    "_dropout_mask": lambda r: [(U(r, 3, 4), 0.0, 0), (U(r, 2, 3), 1.0, 1)],
+    "gelu": lambda r: (U(r, 2, 3, lo=-3, hi=3),),
+    "gelu_tanh": lambda r: (U(r, 2, 3, lo=-3, hi=3),),
+    "leaky_relu": lambda r: [(D(r, 2, 3), 0.2), (D(r, 4), 0.01)],
+    "hardtanh": lambda r: [(U(r, 2, 3, lo=-2, hi=2), -1.0, 1.0), (U(r, 2, 3, lo=-1, hi=1), -0.5, 0.25)],
+    "elu": lambda r: [(D(r, 2, 3), 1.0), (D(r, 2, 3), 0.5)],
 }
 
 
@@ -722,6 +735,11 @@ TORCH_EQUIVALENT = {
                               "abs", "sign", "expm1", "log2", "exp2", "rsqrt", "erf", "sinh", "cosh", "tan",
                               "atan")},
     "clamp.Tensor": lambda L, x, lo, hi: L.clamp(x, min=lo, max=hi),
+    "gelu": lambda L, x: L.nn.functional.gelu(x),
+    "gelu_tanh": lambda L, x: L.nn.functional.gelu(x, approximate="tanh"),
+    "leaky_relu": lambda L, x, s: L.nn.functional.leaky_relu(x, s),
+    "hardtanh": lambda L, x, lo, hi: L.nn.functional.hardtanh(x, lo, hi),
+    "elu": lambda L, x, a: L.nn.functional.elu(x, a),
     "clamp": _clamp,
     "clamp_min": lambda L, x, m: L.clamp_min(x, m),
     "clamp_max": lambda L, x, m: L.clamp_max(x, m),

@@ -2824,3 +2824,7 @@ def linalg_pinv(A, rcond) -> Tensor:
     kept = gt(S, cutoff)
     s_inv = where(kept, reciprocal(where(kept, S, 1.0)), 0.0)
     return matmul(transpose(Vh, -2, -1) * unsqueeze(s_inv, -2), transpose(U, -2, -1))
+
+
+# the torch.nn.functional primitives, here so that the rule table's formulas find them by name
+from .nn_ops import _col2im, _dropout_mask, _im2col  # noqa: E402,F401

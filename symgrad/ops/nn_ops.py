@@ -1,0 +1,86 @@
+"""The primitives torch.nn.functional is built on: window gathering for convolution and pooling,
+and dropout's mask.  Their rules are in derivatives.yaml; ``symgrad.nn.functional`` composes them.
+
+>>> import numpy as np, symgrad
+>>> from symgrad.ops.nn_ops import _im2col
+>>> x = symgrad.tensor(np.arange(9.0).reshape(1, 1, 3, 3))
+>>> _im2col(x, (2, 2), (1, 1), (1, 1)).shape     # (N, C, kh, kw, OH, OW)
+symgrad.Size([1, 1, 2, 2, 2, 2])
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .. import creation
+from . import functional as F
+from .registry import forward
+
+
+def window_count(size: int, kernel: int, dilation: int, stride: int) -> int:
+    """How many windows of ``kernel`` taps fit in ``size`` (0 when none does)."""
+    span = dilation * (kernel - 1) + 1
+    return 0 if size < span else (size - span) // stride + 1
+
+
+# the axes of a window array, in the order the primitives name them
+CANONICAL = (0, 1, 2, 3, 4, 5)          # (N, C, kh, kw, OH, OW)
+CONV_ORDER = (1, 2, 3, 0, 4, 5)         # (C, kh, kw, N, OH, OW): reshaped, the (K, N*L) matrix of a matmul
+POOL_ORDER = (0, 1, 4, 5, 2, 3)         # (N, C, OH, OW, kh, kw): the window last, for a reduction
+
+
+@forward("_im2col")
+def _im2col_fwd(self, kernel_size, dilation, stride, order=CANONICAL):
+    n, c, h, w = self.shape
+    (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
+    oh, ow = window_count(h, kh, dh, sh), window_count(w, kw, dw, sw)
+    s = self.strides
+    shape = (n, c, kh, kw, oh, ow)
+    strides = (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw)
+    windows = np.lib.stride_tricks.as_strided(self, shape=tuple(shape[a] for a in order),
+                                              strides=tuple(strides[a] for a in order), writeable=False)
+    return np.ascontiguousarray(windows)
+
+
+@forward("_col2im")
+def _col2im_fwd(cols, input_sizes, kernel_size, dilation, stride, order=CANONICAL):
+    (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
+    cols = np.transpose(cols, np.argsort(order))        # a view with the axes (N, C, kh, kw, OH, OW)
+    out = np.zeros(tuple(input_sizes), dtype=cols.dtype)
+    oh, ow = cols.shape[-2:]
+    if oh == 0 or ow == 0:
+        return out
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, :, i, j]
+    return out
+
+
+@forward("_dropout_mask")
+def _dropout_mask_fwd(self, p, draw):
+    if p >= 1:
+        return np.zeros(self.shape, dtype=self.dtype)
+    keep = creation._rng.random(self.shape) >= p
+    return (keep * (1.0 / (1.0 - p))).astype(self.dtype)
+
+
+def _im2col(input, kernel_size, dilation, stride, order=CANONICAL):
+    """Windows of an NCHW tensor, axes (N, C, kh, kw, OH, OW) permuted by ``order`` (Im2ColBackward0)."""
+    return F._call("_im2col", F.as_tensor(input), tuple(kernel_size), tuple(dilation), tuple(stride), tuple(order))
+
+
+def _col2im(cols, input_sizes, kernel_size, dilation, stride, order=CANONICAL):
+    """Sum windows (axes as :func:`_im2col` lays them out) back into an ``input_sizes`` NCHW tensor
+    (Col2ImBackward0)."""
+    return F._call("_col2im", F.as_tensor(cols), tuple(int(s) for s in input_sizes), tuple(kernel_size),
+                   tuple(dilation), tuple(stride), tuple(order))
+
+
+_draws = itertools.count()
+
+
+def _dropout_mask(input, p, draw=None):
+    """A fresh keep-mask for ``input``, 0 or ``1 / (1 - p)`` per element (no gradient)."""
+    return F._call("_dropout_mask", F.as_tensor(input), float(p), next(_draws) if draw is None else int(draw))
