@@ -70,6 +70,17 @@ def test_cross_entropy(dtype, kwargs):
     assert tb.stats()["graphs_fallback"] == 0
 
 
+def test_cross_entropy_ignored_rows_and_masked_logits():
+    g = torch.Generator().manual_seed(6)
+    logits = torch.randn(32, 6, generator=g, dtype=torch.float64)
+    logits[:, 5] = -torch.inf                    # a class masked out: log-probability -inf, never a label
+    logits.requires_grad_()
+    labels = torch.randint(0, 5, (32,), generator=g)
+    labels[::3] = -100                           # ignored rows (the default ignore_index)
+    compare(F.cross_entropy, [logits, labels], torch.float64)
+    assert tb.stats()["graphs_fallback"] == 0
+
+
 def test_cross_entropy_with_class_weights_runs_through_torch():
     g = torch.Generator().manual_seed(2)
     logits = torch.randn(16, 4, generator=g, dtype=torch.float64, requires_grad=True)

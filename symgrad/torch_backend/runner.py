@@ -64,12 +64,24 @@ def _one_hot(target, classes: int):
     return symgrad.arange(classes) == target.unsqueeze(1)
 
 
+def _log_softmax(x, dim, half_to_float=False):
+    # as fusable elementwise ops and reductions (the rule table's op runs whole, in numpy)
+    shifted = x - x.amax(dim, keepdim=True)
+    return shifted - symgrad.log(symgrad.exp(shifted).sum(dim, keepdim=True))
+
+
+def _softmax(x, dim, half_to_float=False):
+    e = symgrad.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
 def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
-    hot = _one_hot(target, logp.shape[1])
-    picked = symgrad.where(hot, logp, 0.0).sum(1)         # one term per row: exactly the gathered entry
-    valid = (target != ignore_index).to(logp.dtype)
-    total = valid.sum()
-    out = -(picked * valid).sum()
+    valid = target != ignore_index
+    rows = symgrad.arange(logp.shape[0])
+    picked = logp[rows, symgrad.where(valid, target, 0)]      # an ignored row's label may be out of range
+    picked = symgrad.where(valid, picked, 0.0)
+    total = valid.to(logp.dtype).sum()
+    out = -picked.sum()
     return (out / total if reduction == 1 else out), total
 
 
@@ -106,6 +118,8 @@ SPECIAL = {} if torch is None else {
     aten._log_softmax_backward_data.default: lambda g, out, dim, dtype: g - symgrad.exp(out) * g.sum(dim, keepdim=True),
     aten._softmax_backward_data.default: lambda g, out, dim, dtype: out * (g - (g * out).sum(dim, keepdim=True)),
     aten.nll_loss_forward.default: _nll_loss_forward,
+    aten._log_softmax.default: _log_softmax,
+    aten._softmax.default: _softmax,
     aten.nll_loss_backward.default: _nll_loss_backward,
     aten.addmm.default: lambda bias, a, b, beta=1, alpha=1: bias * beta + (a @ b) * alpha,
     aten.sym_size.int: lambda x, dim: x.shape[dim],
