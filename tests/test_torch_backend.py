@@ -174,6 +174,30 @@ def test_graph_break_print_and_item(capsys):
     assert tb.stats()["graphs_lowered"] >= 3
 
 
+def test_indexing_strided_inputs_and_mutation():
+    def fn(x, idx, w):
+        picked = x[:, idx]                          # aten.index.Tensor with a skipped (None) dimension
+        return (torch.tanh(picked * w) ** 2).sum() + x[1:, ::2].exp().sum()
+
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(9, 7, generator=g, dtype=torch.float64)
+    x = base.t().requires_grad_()                   # not contiguous
+    w = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    idx = torch.tensor([4, 0, 4])
+    compare(fn, [x, idx, w], torch.float64)
+    s = tb.stats()          # the forward lowers; the backward scatters into new_zeros, which stays torch's
+    assert s["graphs_lowered"] == 1 and s["fallback_ops"] == {"aten.new_zeros.default": 1}
+
+    def mutate(x, y):
+        y.mul_(2.0)                                 # an input written in place: AOTAutograd's copy_ stays torch's
+        return (x * y).sum()
+
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    y1, y2 = torch.ones(5, dtype=torch.float64), torch.ones(5, dtype=torch.float64)
+    torch.testing.assert_close(torch.compile(mutate, backend=BACKEND)(x, y1), mutate(x, y2))
+    torch.testing.assert_close(y1, y2)
+
+
 def test_op_not_lowered_runs_through_torch():
     def fn(x):
         return (torch.special.erfinv(torch.tanh(x) * 0.5) ** 2).sum()

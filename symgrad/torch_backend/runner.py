@@ -123,6 +123,8 @@ SPECIAL = {} if torch is None else {
     aten.nll_loss_backward.default: _nll_loss_backward,
     aten.addmm.default: lambda bias, a, b, beta=1, alpha=1: bias * beta + (a @ b) * alpha,
     aten.sym_size.int: lambda x, dim: x.shape[dim],
+    # aten's None skips a dimension; in a Python key None would insert one
+    aten.index.Tensor: lambda x, indices: x[tuple(slice(None) if i is None else i for i in indices)],
 }
 # arguments a SPECIAL lowering does not handle: (op, reason) checks made on the FX node
 SPECIAL_CHECKS = {} if torch is None else {aten.nll_loss_forward.default: _nll_supported,
@@ -159,6 +161,8 @@ def table_plan(op, args, kwargs):
     """How to call the rule-table op standing for aten ``op`` with these FX arguments: (OpDef, list of
     argument names or ("default", value)), or a string saying why it cannot be."""
     key = _table_key(op)
+    if key.split(".")[0].endswith("_"):
+        return f"{key} writes into its input (a functionalised graph keeps such writes for torch)"
     try:
         opdef = registry.get(key)
     except KeyError:
