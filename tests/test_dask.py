@@ -238,6 +238,18 @@ def test_digest_covers_closures_globals_and_called_functions():
         ns["loss"], math="libm").compile_options)                        # options are part of the identity
 
 
+def test_large_captured_array_travels_once_per_call():
+    big = np.linspace(0.5, 1.5, 200_000)                 # 1.6 MB in the loss's closure: a key of its own
+
+    def loss(w, x):
+        return (x * w * big[:7]).sum()
+
+    vg = sync(loss)
+    got = vg(W7, X_SMALL)
+    assert len(vg.loss_ref.blob) > sd.INLINE_PARAMS_BYTES
+    assert_same(got, symgrad.value_and_grad(loss)(W7, X_SMALL.compute()), rtol=1e-10)
+
+
 def test_by_value_loss_that_cannot_be_pickled():
     import threading
     lock = threading.Lock()
