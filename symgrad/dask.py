@@ -5,15 +5,14 @@ data arguments are ``dask.array`` arrays chunked along axis 0, the parameters ar
 Each chunk runs the compiled forward+backward (:func:`symgrad.value_and_grad`) on a worker, and the
 partial values and gradients are added up by a tree reduction::
 
-    # mylosses.py -- a module the workers can import
-    def logistic(w, X, y):
+    import dask.array as da, scipy.optimize, symgrad, symgrad.dask
+
+    def logistic(w, X, y):                      # in the script or notebook itself: sent by value
         z = X @ w
         return (symgrad.log1p(symgrad.exp(z)) - y * z).sum()
 
-    # the driver
-    import dask.array as da, scipy.optimize, symgrad.dask, mylosses
     X = da.from_zarr(...)                       # rows chunked along axis 0, e.g. chunks=(100_000, 8)
-    vg = symgrad.dask.value_and_grad(mylosses.logistic, argnums=0, data_argnums=(1, 2))
+    vg = symgrad.dask.value_and_grad(logistic, argnums=0, data_argnums=(1, 2))
     scipy.optimize.minimize(vg, w0, args=(X, y), jac=True, method="L-BFGS-B")
 
 What ``reduction`` means: ``loss(params, X_chunk)`` must return the chunk's **sum** of per-row
@@ -23,12 +22,17 @@ row weighing the same).  The combined result is then exactly the loss over all r
 (``n_i`` the rows of chunk ``i``), and likewise for the gradients.  A mean over several axes, such
 as ``(tanh(x * w + b) ** 2).mean()`` over ``x[N, 1000]``, is a mean of per-row means, so it is fine.
 
-How the loss reaches the workers: by reference, never as compiled code.  The loss is pickled as
-its module and qualified name; each worker process imports that module, compiles the function
-once (kernels come from the shared disk cache, ``$SYMGRAD_CACHE_DIR``, when it is already there)
-and keeps it for later calls.  So the loss must be importable by module and name on every worker:
-defined at the top level of a module, not in ``__main__`` (a script or notebook), not a lambda or a
-nested function.  ``symgrad.compile(...)`` options travel with it.
+How the loss reaches the workers: never as compiled code.  A loss defined at the top level of an
+importable module travels **by reference** (:class:`LossRef`: its module and qualified name), and
+each worker imports it.  Any other loss -- defined in ``__main__`` (a script, a notebook cell), a
+lambda, a closure, a ``functools.partial`` -- travels **by value** (:class:`LossByValue`), pickled
+with ``cloudpickle`` as Dask does: its code, its defaults, the values of its closure cells and of
+the globals it reads, and, by value again, the functions of ``__main__`` it calls.  The SHA-256 of
+those bytes is the loss's identity: each worker compiles a function once per digest (kernels come
+from the shared disk cache, ``$SYMGRAD_CACHE_DIR``, when already there) and keeps it, so a redefined
+loss -- or one whose captured array or constant changed -- has a new digest and is compiled anew,
+and an unchanged one is not.  The bytes are made afresh on every call, so a global changed between
+two calls is seen.  ``symgrad.compile(...)`` options travel with the loss either way.
 
 Checks made before anything is submitted (once per argument signature): the loss is importable (on
 every worker of a distributed client too); the data arguments are dask arrays chunked only along
@@ -51,7 +55,9 @@ the scheduler reruns its tasks (and any chunk it held) elsewhere, so the result 
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import importlib
 import operator
 import threading
@@ -61,11 +67,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 try:
+    import cloudpickle
     import dask
     import dask.array as da
     from dask.base import get_scheduler
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    dask = da = get_scheduler = None   # importable without Dask (the doctests collect it); using it says what to do
+    # importable without Dask (the doctests collect it); using it says what to do
+    cloudpickle = dask = da = get_scheduler = None
     _MISSING = e
 
 from .compiler.compile import CompiledFunction
@@ -74,10 +82,11 @@ from .compiler.options import CompileOptions
 from .ir import trace
 from .ir.graph import IndexRef
 
-__all__ = ["LossRef", "value_and_grad", "worker_stats", "NotAdditiveError"]
+__all__ = ["LossRef", "LossByValue", "value_and_grad", "worker_stats", "NotAdditiveError"]
 
 PROBE_ROWS = 8
 INLINE_PARAMS_BYTES = 1 << 20
+WORKER_KEEP_BY_VALUE = 32     # compiled by-value losses a worker keeps (a notebook redefines them often)
 RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-3}
 
 
@@ -112,6 +121,10 @@ class LossRef:
     def __repr__(self) -> str:
         return f"LossRef({self.module}.{self.qualname})"
 
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
     def resolve(self):
         """Import the module and look the name up (raises ImportError / AttributeError)."""
         obj = importlib.import_module(self.module)
@@ -135,42 +148,98 @@ def _underlying(obj):
     return obj.fn if isinstance(obj, CompiledFunction) else obj
 
 
-IMPORTABLE = ("the loss must be importable by module and name on every worker: define it at the top level of a "
-              "module the workers can import (a package installed there, a file on their PYTHONPATH, or "
-              "client.upload_file('mylosses.py'))")
+IMPORTABLE = ("a loss defined in an importable module is sent by reference, so that module must be importable "
+              "on every worker too (a package installed there, a file on their PYTHONPATH, or "
+              "client.upload_file('mylosses.py')); a loss defined in the script or notebook itself is sent by "
+              "value instead")
 
 
-def reference(loss: Callable) -> LossRef:
-    """The :class:`LossRef` of ``loss``, with a clear error when workers could not import it."""
-    fn = _underlying(loss)
+class LossByValue:
+    """A loss shipped by value: its ``cloudpickle`` bytes, their SHA-256 ``digest`` and the
+    ``symgrad.compile`` options to compile it with (None: the defaults).
+
+    Equality and hashing use the digest and options only, so a worker keys its compiled functions
+    by content; the bytes are unpickled on a worker only when it has not compiled that digest yet.
+    """
+
+    __slots__ = ("digest", "blob", "options", "label", "_fn")
+
+    def __init__(self, digest: str, blob: bytes, options: CompileOptions | None, label: str, fn=None) -> None:
+        self.digest, self.blob, self.options, self.label, self._fn = digest, blob, options, label, fn
+
+    @classmethod
+    def of(cls, fn, options: CompileOptions | None) -> LossByValue:
+        """Pickle ``fn`` as it is now (its globals' current values) and take the digest."""
+        try:
+            blob = cloudpickle.dumps(fn)
+        except Exception as e:  # noqa: BLE001 - anything cloudpickle cannot pickle is reported the same way
+            raise TypeError(f"symgrad.dask: cannot send the loss {_label(fn)} to the workers by value: cloudpickle "
+                            f"fails on it or on something it reads ({type(e).__name__}: {e}); pass such objects as "
+                            f"arguments, or define the loss at the top level of a module the workers can "
+                            f"import") from e
+        return cls(hashlib.sha256(blob).hexdigest(), blob, options, _label(fn), fn)
+
+    def __reduce__(self):
+        return LossByValue, (self.digest, self.blob, self.options, self.label)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LossByValue) and (self.digest, self.options) == (other.digest, other.options)
+
+    def __hash__(self) -> int:
+        return hash((self.digest, self.options))
+
+    def __repr__(self) -> str:
+        return f"LossByValue({self.label}, digest={self.digest[:12]})"
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}#{self.digest[:12]}"
+
+    def resolve(self):
+        """The function (unpickled from the bytes on a worker)."""
+        if self._fn is None:
+            self._fn = cloudpickle.loads(self.blob)
+        return self._fn
+
+    def compiled(self) -> CompiledFunction:
+        return CompiledFunction(self.resolve(), **(self.options or {}))
+
+
+def _label(fn) -> str:
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
-    what = getattr(fn, "__name__", type(fn).__name__)
-    if module is None or qualname is None:
-        raise TypeError(f"symgrad.dask: cannot send {loss!r} to the workers: it has no module and qualified "
-                        f"name (a functools.partial or a callable object?); {IMPORTABLE}. Pass constants as "
-                        "extra arguments instead of binding them")
-    if module == "__main__":
-        raise TypeError(f"symgrad.dask: the loss {what!r} is defined in __main__ (the script or notebook being "
-                        f"run), which the workers cannot import; {IMPORTABLE}")
-    if "<lambda>" in qualname:
-        raise TypeError(f"symgrad.dask: the loss is a lambda ({module}.{qualname}); {IMPORTABLE}")
-    if "<locals>" in qualname:
-        raise TypeError(f"symgrad.dask: the loss {qualname!r} is defined inside a function, so it cannot be "
-                        f"imported by name; {IMPORTABLE}")
-    compiled = getattr(loss, "compiled", loss)
-    options = compiled.compile_options if isinstance(compiled, CompiledFunction) else None
+    return f"{module}.{qualname}" if module and qualname else repr(fn)
+
+
+def _by_reference(fn, options: CompileOptions | None) -> LossRef | None:
+    """The :class:`LossRef` of ``fn`` when its module and name give it back here, else None."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" \
+            or "<lambda>" in qualname or "<locals>" in qualname:
+        return None
     ref = LossRef(module, qualname, options)
     try:
         found = ref.resolve()
-    except (ImportError, AttributeError) as e:
-        raise TypeError(f"symgrad.dask: {module}.{qualname} does not name the loss here ({e}); {IMPORTABLE}") from e
+    except (ImportError, AttributeError):
+        return None
     if _underlying(found) is not fn:
-        raise TypeError(f"symgrad.dask: {module}.{qualname} names another object than this loss (was it "
-                        f"redefined or wrapped?); {IMPORTABLE}")
+        return None    # the name now holds another object (redefined or wrapped)
     if isinstance(found, CompiledFunction) or isinstance(getattr(found, "compiled", None), CompiledFunction):
         ref = LossRef(module, qualname)   # the name carries its own options
     return ref
+
+
+def reference(loss: Callable) -> LossRef | LossByValue:
+    """How ``loss`` travels to the workers: a :class:`LossRef` when it is a top-level function of
+    an importable module, else a :class:`LossByValue` of its current content."""
+    fn = _underlying(loss)
+    if not callable(fn):
+        raise TypeError(f"symgrad.dask: the loss must be a function, not a {type(fn).__name__}")
+    compiled = getattr(loss, "compiled", loss)
+    options = compiled.compile_options if isinstance(compiled, CompiledFunction) else None
+    ref = _by_reference(fn, options)
+    return ref if ref is not None else LossByValue.of(fn, options)
 
 
 def _probe_import(module: str, qualname: str) -> str | None:
@@ -185,10 +254,27 @@ def _probe_import(module: str, qualname: str) -> str | None:
 # --- the worker side --------------------------------------------------------------------------
 
 _WORKER_LOCK = threading.Lock()
-_WORKER_FNS: dict = {}
+_WORKER_FNS: collections.OrderedDict = collections.OrderedDict()
 
 
-def _worker_vg(ref: LossRef, argnums: tuple):
+class _WorkerLoss:
+    """A worker's compiled value-and-gradient of one loss.  The first call per argument signature
+    holds a lock, so worker threads sharing a process trace it once, not once each."""
+
+    def __init__(self, vg) -> None:
+        self.vg, self.compiled, self.lock, self.seen = vg, vg.compiled, threading.Lock(), set()
+
+    def __call__(self, *args):
+        sig = tuple((a.dtype.str, a.shape) if isinstance(a, np.ndarray) else (type(a).__name__, a) for a in args)
+        if sig in self.seen:
+            return self.vg(*args)
+        with self.lock:
+            out = self.vg(*args)
+            self.seen.add(sig)
+        return out
+
+
+def _worker_vg(ref: LossRef | LossByValue, argnums: tuple) -> _WorkerLoss:
     key = (ref, argnums)
     vg = _WORKER_FNS.get(key)
     if vg is None:
@@ -198,13 +284,21 @@ def _worker_vg(ref: LossRef, argnums: tuple):
                 try:
                     compiled = ref.compiled()
                 except (ImportError, AttributeError) as e:
+                    if isinstance(ref, LossByValue):
+                        raise ImportError(f"symgrad.dask: this worker cannot unpickle the loss {ref.label}: it "
+                                          f"refers to a module the worker cannot import ({type(e).__name__}: {e}); "
+                                          "install that module on the workers") from e
                     raise ImportError(f"symgrad.dask: this worker cannot import the loss {ref.module}.{ref.qualname} "
                                       f"({type(e).__name__}: {e}); {IMPORTABLE}") from e
-                vg = _WORKER_FNS[key] = _local_value_and_grad(compiled, argnums)
+                vg = _WORKER_FNS[key] = _WorkerLoss(_local_value_and_grad(compiled, argnums))
+                by_value = [k for k in _WORKER_FNS if isinstance(k[0], LossByValue)]
+                for old in by_value[:-WORKER_KEEP_BY_VALUE]:
+                    del _WORKER_FNS[old]
     return vg
 
 
-def _chunk_value_and_grad(ref: LossRef, argnums: tuple, layout: tuple, mean: bool, params: tuple, *blocks):
+def _chunk_value_and_grad(ref: LossRef | LossByValue, argnums: tuple, layout: tuple, mean: bool, params: tuple,
+                          *blocks):
     """One chunk: (value, gradients, rows); for a mean loss, value and gradients times the rows."""
     args = [params[j] if kind == "p" else np.ascontiguousarray(blocks[j]) for kind, j in layout]
     value, grads = _worker_vg(ref, argnums)(*args)
@@ -224,8 +318,9 @@ def _combine(*parts):
 
 def worker_stats() -> dict:
     """In a worker (``client.run(symgrad.dask.worker_stats)``): each loss it compiled and its
-    :meth:`CompiledFunction.stats`."""
-    return {f"{ref.module}.{ref.qualname}": vg.compiled.stats() for (ref, _), vg in list(_WORKER_FNS.items())}
+    :meth:`CompiledFunction.stats`; a loss sent by reference is named ``module.qualname``, one sent
+    by value ``module.qualname#digest`` (the first 12 hex digits of its digest)."""
+    return {ref.name: vg.compiled.stats() for (ref, _), vg in list(_WORKER_FNS.items())}
 
 
 # --- the additivity check ---------------------------------------------------------------------
@@ -448,8 +543,9 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
                    reduction: str = "sum", *, check: bool = True, split_every: int = 8, scheduler=None):
     """``f(*args) -> (value, grad)`` for a loss summed (or averaged) over the rows of Dask arrays.
 
-    * ``loss``: a function (or ``symgrad.compile``'d function) defined at the top level of an
-      importable module; it returns a scalar.
+    * ``loss``: a function (or ``symgrad.compile``'d function) returning a scalar: a top-level
+      function of an importable module travels by reference, any other (``__main__``, a lambda, a
+      closure) by value with cloudpickle (see the module docstring).
     * ``argnums``: the parameters to differentiate (numpy arrays or Python numbers; an int gives
       one gradient, a sequence a tuple), as in :func:`symgrad.value_and_grad`.
     * ``data_argnums``: the data arguments, ``dask.array`` arrays chunked along axis 0 only, all
@@ -470,21 +566,26 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
         raise ValueError(f"symgrad.dask.value_and_grad: reduction must be 'sum' or 'mean', not {reduction!r}")
     if not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"symgrad.dask.value_and_grad: split_every must be an int >= 2, not {split_every!r}")
-    ref = reference(loss)
+    first = reference(loss)
+    fn = _underlying(loss)
     many = not isinstance(argnums, int)
     nums = tuple(argnums) if many else (argnums,)
-    local = {}
+    local: dict = {}
     checked: set = set()
     workers_checked: set = set()
     mean = reduction == "mean"
-    name = f"{ref.module}.{ref.qualname}"
+    name = first.name if isinstance(first, LossRef) else first.label
 
-    def local_vg():
-        if "vg" not in local:
-            local["vg"] = _local_value_and_grad(ref.compiled(), nums)
-        return local["vg"]
+    def local_vg(ref):
+        if ref not in local:      # a loss by value: one per digest, so a changed global is seen here too
+            local.clear()
+            local[ref] = _local_value_and_grad(ref.compiled(), nums)
+        return local[ref]
 
     def run(*args):
+        # by value, the loss is pickled again on each call: its globals may have changed since
+        ref = first if isinstance(first, LossRef) else LossByValue.of(fn, first.options)
+        run.loss_ref = ref
         n = len(args)
         for i in nums:
             if not -n <= i < n:
@@ -529,9 +630,9 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
         sig = tuple(("d", a.dtype.str, a.shape[1:]) if isinstance(a, da.Array) else
                     ("p", a.dtype.str, a.shape) if isinstance(a, np.ndarray) else ("n", type(a).__name__, a)
                     for a in params)
-        if sig not in checked:
+        if (sig, ref) not in checked:
             client = _client_of(scheduler)
-            if client is not None and (id(client), ref) not in workers_checked:
+            if client is not None and isinstance(ref, LossRef) and (id(client), ref) not in workers_checked:
                 problems = {w: p for w, p in client.run(_probe_import, ref.module, ref.qualname).items() if p}
                 if problems:
                     w, p = next(iter(problems.items()))
@@ -539,8 +640,8 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
                                       f"({w}: {p}); {IMPORTABLE}")
                 workers_checked.add((id(client), ref))
             if check:
-                _check_loss(local_vg(), ref, params, data_pos, mean, name, scheduler)
-            checked.add(sig)
+                _check_loss(local_vg(ref), ref, params, data_pos, mean, name, scheduler)
+            checked.add((sig, ref))
         blocks = [a.to_delayed().reshape(-1) for a in data]
         nonempty = [c for c, r in enumerate(data[0].chunks[0]) if r > 0]    # a 0-row chunk adds nothing
         token = uuid.uuid4().hex
@@ -548,8 +649,11 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
         params_d = tuple(plist)
         if sum(getattr(a, "nbytes", 0) for a in plist) > INLINE_PARAMS_BYTES:
             params_d = dask.delayed(params_d, name=f"symgrad-params-{token}", pure=False)
+        ref_d = ref
+        if isinstance(ref, LossByValue) and len(ref.blob) > INLINE_PARAMS_BYTES:   # large captured arrays
+            ref_d = dask.delayed(ref, name=f"symgrad-loss-{token}", pure=False)
         chunk = dask.delayed(_chunk_value_and_grad, pure=False)
-        parts = [chunk(ref, wrt, tuple(layout), mean, params_d, *(b[c] for b in blocks),
+        parts = [chunk(ref_d, wrt, tuple(layout), mean, params_d, *(b[c] for b in blocks),
                        dask_key_name=f"symgrad-chunk-{token}-{c}") for c in nonempty]
         if not parts:
             raise ValueError("symgrad.dask.value_and_grad: the data has no rows")
@@ -565,8 +669,8 @@ def value_and_grad(loss: Callable, argnums: int | Sequence[int] = 0, data_argnum
             grads = tuple(g / rows for g in grads)
         return float(value), (tuple(grads) if many else grads[0])
 
-    run.loss_ref = ref
-    functools.update_wrapper(run, _underlying(loss))
+    functools.update_wrapper(run, fn)
+    run.loss_ref = first
     return run
 
 
@@ -596,7 +700,7 @@ def _short(chunks: tuple) -> str:
     return str(chunks) if len(chunks) <= 6 else f"({', '.join(map(str, chunks[:5]))}, ... {len(chunks)} chunks)"
 
 
-def _check_loss(vg, ref: LossRef, params: list, data_pos: list, mean: bool, name: str, scheduler) -> None:
+def _check_loss(vg, ref: LossRef | LossByValue, params: list, data_pos: list, mean: bool, name: str, scheduler) -> None:
     rows = params[data_pos[0]].shape[0]
     p = min(PROBE_ROWS, rows)
     probe = dask.compute(*[params[i][:p] for i in data_pos], scheduler=scheduler)

@@ -5,9 +5,11 @@ this folder on their PYTHONPATH (they import the losses from tests/dask_losses.p
 kernel cache of their own.  The argument checks run with scheduler="sync" and need no cluster.
 """
 
+import json
 import logging
 import os
 import pickle
+import subprocess
 import sys
 import time
 
@@ -134,7 +136,7 @@ def test_worker_that_cannot_import_the_loss(client, tmp_path, monkeypatch):
 
     x = da.ones((100, 3), chunks=(50, 3))
     with pytest.raises(ImportError, match=r"2 worker\(s\) cannot import the loss only_here.loss.*"
-                                          r"importable by module and name"):
+                                          r"sent by reference, so that module must be importable"):
         sd.value_and_grad(only_here.loss)(np.ones(3), x)
 
 
@@ -197,22 +199,127 @@ def test_additive_losses_pass_the_check():
     assert sync(L.centred, check=False)(W7, X_SMALL)[0] != symgrad.value_and_grad(L.centred)(W7, X_np)[0]
 
 
-def test_loss_must_be_importable_by_name():
-    with pytest.raises(TypeError, match=r"the loss is a lambda .* importable by module and name"):
-        sd.value_and_grad(lambda w, x: (x * w).sum())
+def test_losses_not_importable_travel_by_value():
     ns = {"__name__": "__main__"}
     exec("def script_loss(w, x):\n    return (x * w).sum()\n", ns)
-    with pytest.raises(TypeError, match=r"'script_loss' is defined in __main__ .* importable by module and name"):
-        sd.value_and_grad(ns["script_loss"])
 
     def nested(w, x):
         return (x * w).sum()
 
-    with pytest.raises(TypeError, match=r"defined inside a function"):
-        sd.value_and_grad(nested)
-    with pytest.raises(TypeError, match=r"functools.partial"):
-        import functools
-        sd.value_and_grad(functools.partial(L.squared_sum, W7))
+    import functools
+    for loss in (lambda w, x: (x * w).sum(), ns["script_loss"], nested, functools.partial(L.squared_sum)):
+        ref = sd.value_and_grad(loss).loss_ref
+        assert isinstance(ref, sd.LossByValue)
+        back = pickle.loads(pickle.dumps(ref))
+        assert back == ref and back.digest == ref.digest and back._fn is None      # unpickled lazily
+        assert back.resolve()(W7, X_SMALL.compute()[:3]) == pytest.approx(loss(W7, X_SMALL.compute()[:3]))
+    assert isinstance(sd.value_and_grad(L.logistic).loss_ref, sd.LossRef)          # importable: by reference
+    assert sd.value_and_grad(ns["script_loss"]).loss_ref == sd.value_and_grad(ns["script_loss"]).loss_ref
+
+
+def test_digest_covers_closures_globals_and_called_functions():
+    def make(c):
+        return lambda w, x: ((x - c) * w).sum()
+
+    def digest(fn):
+        return sd.LossByValue.of(fn, None).digest
+
+    assert digest(make(1.0)) == digest(make(1.0)) != digest(make(2.0))
+    ns = {"__name__": "__main__", "np": np}
+    exec("W = np.ones(3)\ndef helper(x):\n    return x * 2\ndef loss(w, x):\n    return (helper(x) * w * W).sum()\n",
+         ns)
+    d0 = digest(ns["loss"])
+    ns["W"][1] = 5.0                                                   # a captured array written in place
+    d1 = digest(ns["loss"])
+    exec("def helper(x):\n    return x * 3\n", ns)                   # a function it calls, redefined
+    d2 = digest(ns["loss"])
+    assert len({d0, d1, d2}) == 3
+    assert sd.LossByValue.of(ns["loss"], None) != sd.LossByValue.of(ns["loss"], symgrad.compile(
+        ns["loss"], math="libm").compile_options)                        # options are part of the identity
+
+
+def test_large_captured_array_travels_once_per_call():
+    big = np.linspace(0.5, 1.5, 200_000)                 # 1.6 MB in the loss's closure: a key of its own
+
+    def loss(w, x):
+        return (x * w * big[:7]).sum()
+
+    vg = sync(loss)
+    got = vg(W7, X_SMALL)
+    assert len(vg.loss_ref.blob) > sd.INLINE_PARAMS_BYTES
+    assert_same(got, symgrad.value_and_grad(loss)(W7, X_SMALL.compute()), rtol=1e-10)
+
+
+def test_by_value_loss_that_cannot_be_pickled():
+    import threading
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"cannot send the loss .*<lambda> to the workers by value: cloudpickle "
+                                        r"fails"):
+        sd.value_and_grad(lambda w, x: (x * w).sum() if lock else 0)
+
+
+def test_closure_on_the_cluster_compiles_once_per_content(client):
+    x_np = np.random.default_rng(7).standard_normal((400, 5))
+    x = client.persist(da.from_array(x_np, chunks=(100, 5)))
+    w = np.linspace(-1, 1, 5)
+
+    def make(c):
+        def shifted(w, x):
+            return (symgrad.tanh((x - c) * w) ** 2).sum()
+        return shifted
+
+    for c in (0.5, 0.5, -2.0):
+        fn = make(c)
+        assert_same(sd.value_and_grad(fn)(w, x), symgrad.value_and_grad(fn)(w, x_np))
+    names = {}
+    for per_worker in client.run(sd.worker_stats).values():
+        for n, s in per_worker.items():
+            if "shifted" in n:
+                names.setdefault(n, []).append(s["traces"])
+    assert len(names) == 2 and all(t == [1, 1] for t in names.values())    # two contents, each traced once a worker
+
+
+def _run_script(path, *args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE),
+                                                                    os.environ.get("PYTHONPATH")) if p),
+               NUMBA_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, path, *args], capture_output=True, text=True, timeout=timeout, env=env,
+                       cwd=os.path.dirname(HERE))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_losses_defined_in_a_script_run_as_main():
+    report = json.loads(_run_script(os.path.join(HERE, "dask_main_script.py")).strip().splitlines()[-1])
+    errors = [report[k] for k in ("main_error", "again_error", "redefined_error", "cell_error", "lambda_error")]
+    errors += report["global_errors"] + report["closure_errors"]
+    assert max(errors) < 1e-12
+    assert report["main_kind"] == "LossByValue"
+    # unchanged: three calls and a second value_and_grad of the same loss compiled it once
+    assert list(report["after_unchanged"].values()) == [1]
+    # redefined in __main__: a new digest, compiled once more
+    assert report["redefined_new_digest"] and len(report["after_redefinition"]) == 2
+    assert set(report["after_unchanged"]) < set(report["after_redefinition"])
+    assert report["cell_same_digest"]
+    # a changed global gives a new digest and the new value
+    assert report["global_value_5"] == pytest.approx(report["global_expected_5"], rel=1e-12)
+    final = report["final"]
+    assert sum(1 for n in final if n.startswith("__main__.scaled#")) == 2
+    assert sum(1 for n in final if ".shifted#" in n) == 2 and sum(1 for n in final if "<lambda>#" in n) == 1
+    assert all(traces == 1 for traces in final.values())
+
+
+def test_docs_example_runs_as_a_plain_script():
+    example = os.path.join(os.path.dirname(HERE), "examples", "dask_logistic.py")
+    with open(os.path.join(os.path.dirname(HERE), "docs", "dask.md")) as f:
+        docs = f.read()
+    with open(example) as f:
+        body = f.read().split('"""\n', 1)[1].strip()       # the code after the module docstring
+    assert body in docs                                       # the docs show this file's code
+    out = _run_script(example)                                # worker processes
+    assert "loss sent by value" in out and "converged: True" in out
+    intercept = float(out.split("intercept:")[1])
+    assert abs(intercept - 0.5) < 0.05
 
 
 def test_chunking_errors():

@@ -1,0 +1,352 @@
+"""Lowering aten FX graphs (AOTAutograd's forward and backward graphs) into symgrad, and running them.
+
+A graph is lowered by interpreting it with symgrad Tensors while symgrad's tracer records the IR: an
+aten op whose name and arguments match an op of symgrad's rule table (``aten.mul.Tensor`` ->
+``mul.Tensor``) is applied as that op; the composite aten ops that AOTAutograd emits
+(``tanh_backward``, ``gelu``, ``nll_loss_forward``, ``_log_softmax_backward_data``, ...) are written as
+short symgrad expressions in :data:`SPECIAL`.  :func:`unsupported_ops` decides before anything runs
+whether every node can be lowered; if not, the graph stays torch's.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+import symgrad
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - the backend needs torch; without it this module still imports
+    torch = None
+
+from ..compiler.compile import CompiledFunction
+from ..ops import registry
+from ..tensor import Tensor
+
+aten = torch.ops.aten if torch is not None else None
+
+# float32 and float64 compute; integer and boolean tensors (class labels, masks) come along
+_DTYPES = {} if torch is None else {torch.float32: symgrad.float32, torch.float64: symgrad.float64,
+                                    torch.int64: symgrad.int64, torch.int32: symgrad.int32, torch.bool: symgrad.bool}
+_SUPPORTED_TENSOR_DTYPES = set(_DTYPES)
+
+
+# --- composite aten ops, written in symgrad ---------------------------------------------------------
+
+def _scalar_op(fn):
+    def lower(x, other, alpha=1):
+        return fn(x, other * alpha if alpha != 1 else other)
+    return lower
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + symgrad.tanh(inner))
+    return 0.5 * x * (1.0 + symgrad.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _gelu_backward(g, x, approximate="none"):
+    if approximate == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        inner = k * (x + 0.044715 * x * x * x)
+        t = symgrad.tanh(inner)
+        return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x))
+    cdf = 0.5 * (1.0 + symgrad.erf(x * (1.0 / math.sqrt(2.0))))
+    pdf = symgrad.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    return g * (cdf + x * pdf)
+
+
+def _one_hot(target, classes: int):
+    return symgrad.arange(classes) == target.unsqueeze(1)
+
+
+def _log_softmax(x, dim, half_to_float=False):
+    # as fusable elementwise ops and reductions (the rule table's op runs whole, in numpy)
+    shifted = x - x.amax(dim, keepdim=True)
+    return shifted - symgrad.log(symgrad.exp(shifted).sum(dim, keepdim=True))
+
+
+def _softmax(x, dim, half_to_float=False):
+    e = symgrad.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
+def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
+    valid = target != ignore_index
+    rows = symgrad.arange(logp.shape[0])
+    picked = logp[rows, symgrad.where(valid, target, 0)]      # an ignored row's label may be out of range
+    picked = symgrad.where(valid, picked, 0.0)
+    total = valid.to(logp.dtype).sum()
+    out = -picked.sum()
+    return (out / total if reduction == 1 else out), total
+
+
+def _nll_loss_backward(g, logp, target, weight, reduction, ignore_index, total_weight):
+    hot = _one_hot(target, logp.shape[1]) & (target != ignore_index).unsqueeze(1)
+    scale = -g / total_weight if reduction == 1 else -g
+    return symgrad.where(hot, scale, 0.0)
+
+
+def _nll_supported(node) -> str | None:
+    args = node.args
+    first = 1 if node.target is aten.nll_loss_backward.default else 0     # the backward takes grad_output first
+    logp, weight, reduction = args[first], args[first + 2], args[first + 3]
+    if weight is not None or reduction not in (1, 2) or len(logp.meta["val"].shape) != 2:
+        return "nll_loss with class weights, reduction='none' or other than 2-d input"
+    return None
+
+
+SPECIAL = {} if torch is None else {
+    aten.detach.default: lambda x: x,
+    aten.alias.default: lambda x: x,
+    aten.lift_fresh_copy.default: lambda x: x,
+    aten.add.Scalar: _scalar_op(operator.add),
+    aten.sub.Scalar: _scalar_op(operator.sub),
+    aten.add.Tensor: _scalar_op(operator.add),
+    aten.sub.Tensor: _scalar_op(operator.sub),
+    aten.mul.Scalar: lambda x, s: x * s,
+    aten.div.Scalar: lambda x, s: x / s,
+    aten.tanh_backward.default: lambda g, y: g * (1.0 - y * y),
+    aten.sigmoid_backward.default: lambda g, y: g * y * (1.0 - y),
+    aten.threshold_backward.default: lambda g, x, threshold: symgrad.where(x <= threshold, 0.0, g),
+    aten.gelu.default: _gelu,
+    aten.gelu_backward.default: _gelu_backward,
+    aten._log_softmax_backward_data.default: lambda g, out, dim, dtype: g - symgrad.exp(out) * g.sum(dim, keepdim=True),
+    aten._softmax_backward_data.default: lambda g, out, dim, dtype: out * (g - (g * out).sum(dim, keepdim=True)),
+    aten.nll_loss_forward.default: _nll_loss_forward,
+    aten._log_softmax.default: _log_softmax,
+    aten._softmax.default: _softmax,
+    aten.nll_loss_backward.default: _nll_loss_backward,
+    aten.addmm.default: lambda bias, a, b, beta=1, alpha=1: bias * beta + (a @ b) * alpha,
+    aten.sym_size.int: lambda x, dim: x.shape[dim],
+    # aten's None skips a dimension; in a Python key None would insert one
+    aten.index.Tensor: lambda x, indices: x[tuple(slice(None) if i is None else i for i in indices)],
+}
+# arguments a SPECIAL lowering does not handle: (op, reason) checks made on the FX node
+SPECIAL_CHECKS = {} if torch is None else {aten.nll_loss_forward.default: _nll_supported,
+                                           aten.nll_loss_backward.default: _nll_supported}
+
+PYTHON_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.neg,
+              operator.truediv, operator.mod}
+
+
+# --- the generic path: aten op -> the rule-table op of the same name -----------------------------
+
+def _table_key(op) -> str:
+    name = op._schema.name.split("::")[-1]
+    overload = op._overloadname
+    return name if overload == "default" else f"{name}.{overload}"
+
+
+def _bind(op, args, kwargs) -> dict:
+    out = {}
+    for a, v in zip(op._schema.arguments, args):
+        out[a.name] = v
+    out.update(kwargs)
+    return out
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - incomparable values are different
+        return False
+
+
+def table_plan(op, args, kwargs):
+    """How to call the rule-table op standing for aten ``op`` with these FX arguments: (OpDef, list of
+    argument names or ("default", value)), or a string saying why it cannot be."""
+    key = _table_key(op)
+    if key.split(".")[0].endswith("_"):
+        return f"{key} writes into its input (a functionalised graph keeps such writes for torch)"
+    try:
+        opdef = registry.get(key)
+    except KeyError:
+        return f"{key} is not in symgrad's rule table"
+    given = _bind(op, args, kwargs)
+    aten_defaults = {a.name: a.default_value for a in op._schema.arguments if a.has_default_value()}
+    names = [a.name for a in opdef.schema.args]
+    for name, value in given.items():
+        if name not in names and not (name in aten_defaults and _same(value, aten_defaults[name])) \
+                and not (value is None and name in ("memory_format", "layout", "device", "pin_memory")):
+            return f"{key}: argument {name}={value!r} is not supported by symgrad's {key}"
+    plan = []
+    for a in opdef.schema.args:
+        if a.name in given:
+            plan.append(a.name)
+        elif a.name in aten_defaults:
+            plan.append(("default", aten_defaults[a.name]))
+        elif a.default is not None:
+            plan.append(("default", registry._default_value(a.default)))
+        else:
+            return f"{key}: symgrad's {key} needs argument {a.name}, which aten's schema lacks"
+    return opdef, plan
+
+
+# --- checking a whole graph -----------------------------------------------------------------------
+
+def _dtype_problem(node) -> str | None:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    for v in vals:
+        if isinstance(v, torch.Tensor) and v.dtype not in _SUPPORTED_TENSOR_DTYPES:
+            return f"dtype {v.dtype}"
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return f"device {v.device}"
+    return None
+
+
+def unsupported_ops(gm) -> list[str]:
+    """Why each node that symgrad cannot lower cannot be (empty: the whole graph lowers)."""
+    problems = []
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            if node.op == "placeholder" and (why := _dtype_problem(node)):
+                problems.append(f"input {node.name}: {why}")
+            continue
+        if node.op == "get_attr":
+            continue
+        if node.op != "call_function":
+            problems.append(f"{node.op} {node.target}")
+            continue
+        target = node.target
+        if (why := _dtype_problem(node)) is not None:
+            problems.append(f"{target}: {why}")
+        elif target in PYTHON_OPS:
+            continue
+        elif target in SPECIAL:
+            check = SPECIAL_CHECKS.get(target)
+            if check is not None and (why := check(node)):
+                problems.append(f"{target}: {why}")
+        elif isinstance(target, torch._ops.OpOverload):
+            plan = table_plan(target, node.args, node.kwargs)
+            if isinstance(plan, str):
+                problems.append(str(target))
+        else:
+            problems.append(str(target))
+    return problems
+
+
+# --- running --------------------------------------------------------------------------------------
+
+def _convert(value, env):
+    if isinstance(value, torch.fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_convert(v, env) for v in value)
+    if isinstance(value, torch.dtype):
+        return _DTYPES[value]
+    return value
+
+
+class _Interpreter:
+    """Calls the FX graph on symgrad Tensors (what symgrad's tracer records): returns the computed
+    tensor outputs and, per FX output, where it comes from."""
+
+    def __init__(self, gm) -> None:
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.layout: list = []
+
+    def __call__(self, *inputs):
+        env: dict = {}
+        placeholders = iter(inputs)
+        input_ids = {}
+        for node in self.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+                if isinstance(env[node], Tensor):
+                    input_ids[id(env[node])] = len(input_ids)
+            elif node.op == "get_attr":
+                attr = getattr(self.gm, node.target)
+                env[node] = symgrad.tensor(attr.detach().numpy().copy()) if isinstance(attr, torch.Tensor) else attr
+            elif node.op == "call_function":
+                args = _convert(node.args, env)
+                kwargs = {k: _convert(v, env) for k, v in node.kwargs.items()}
+                target = node.target
+                if target in PYTHON_OPS:
+                    env[node] = target(*args, **kwargs)
+                elif target in SPECIAL:
+                    env[node] = SPECIAL[target](*args, **kwargs)
+                else:
+                    opdef, plan = table_plan(target, node.args, node.kwargs)
+                    given = _bind(target, args, kwargs)
+                    call = tuple(p[1] if isinstance(p, tuple) else given[p] for p in plan)
+                    env[node] = registry.apply(opdef, call)
+            elif node.op == "output":
+                results, layout = [], []
+                for v in node.args[0]:
+                    value = env[v] if isinstance(v, torch.fx.Node) else v
+                    if isinstance(value, Tensor):
+                        if id(value) in input_ids:
+                            layout.append(("input", input_ids[id(value)]))
+                        else:
+                            layout.append(("kernel", len(results)))
+                            results.append(value)
+                    else:
+                        layout.append(("constant", value))
+                self.layout = layout
+                return tuple(results)
+        raise AssertionError("an FX graph ends with an output node")
+
+
+class GraphRunner:
+    """A boxed callable (AOTAutograd's calling convention) running one aten graph with symgrad kernels,
+    built once per input signature (dtypes, shapes, and the values of symbolic sizes)."""
+
+    def __init__(self, gm, count) -> None:
+        self._boxed_call = True     # an instance attribute: the wrappers Dynamo adds copy __dict__
+        self.gm = gm
+        self.count = count
+        self.interpreter = _Interpreter(gm)
+        self.compiled = CompiledFunction(self.interpreter, scalar_loss="split")
+        self.built: dict = {}
+
+    def __call__(self, *args):
+        # boxed (one list, which may be cleared) or, once Dynamo wraps the backward, unboxed
+        if len(args) == 1 and isinstance(args[0], list):
+            args = args[0]
+            boxed = args
+        else:
+            boxed = None
+        key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        entry = self.built.get(key)
+        if entry is None:
+            entry = self.built[key] = self._build(args)
+        forward, layout = entry
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise RuntimeError(f"torch.compile(backend='symgrad') runs on CPU tensors only; got a tensor on "
+                                   f"{t.device}. Move the inputs to the CPU, or use backend='inductor'")
+        arrays = [t.detach().numpy() for t in tensors]
+        if boxed is not None:
+            boxed.clear()
+        results = forward(*arrays) if forward is not None else ()
+        out = []
+        for kind, what in layout:
+            if kind == "kernel":
+                out.append(torch.from_numpy(np.asarray(results[what])))
+            elif kind == "input":
+                out.append(tensors[what])
+            else:
+                out.append(what)
+        return out
+
+    def _build(self, args):
+        self.count("kernel_builds")
+        inputs = [Tensor._wrap(a.detach().numpy()) if isinstance(a, torch.Tensor) else a for a in args]
+        kernels = self.compiled.kernels_for(*inputs, wrt=())
+        layout = list(self.interpreter.layout)
+        n = kernels.n_outputs
+        forward = kernels.forward
+        if not any(kind == "kernel" for kind, _ in layout):
+            forward = None
+
+        def run(*arrays):
+            return forward(*arrays)[:n]
+        return (run if forward is not None else None), layout
