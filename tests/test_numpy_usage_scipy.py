@@ -303,3 +303,20 @@ def test_scipy_functions_with_scipy_array_api_in_a_subprocess():
     np.testing.assert_allclose(report["b= no gradient"], np.log(4.0), rtol=1e-15)
     assert report["log_softmax 0-d"].startswith("TraceError: bool(tensor)"), report["log_softmax 0-d"]
     assert report["gamma"].startswith("TypeError: symgrad: scipy.special.gamma is not supported"), report["gamma"]
+
+
+def test_the_harness_compares_gradients_with_hips_autograd():
+    """The comparison is live: a row autograd runs is compared, and a wrong gradient would fail it."""
+    pytest.importorskip("autograd")
+    from tests.numpy_usage import _compare_with_autograd, autograd_gradients
+
+    usage = ROWS[[c[0] for c in CALLS].index("logsumexp(a, axis=1)")]
+    args = usage.args(np.random.default_rng(0))
+    weights = np.arange(3.0)
+    grads, outcome = autograd_gradients(usage, args, weights, float(np.sum(usage.fn(*args) * weights)))
+    assert outcome == "compared" and set(grads) == {0}
+    want = sc.softmax(args[0], axis=1) * weights[:, None]
+    _compare_with_autograd(usage, grads, {0: want}, "exact")
+    with pytest.raises(AssertionError, match="vs HIPS autograd"):
+        _compare_with_autograd(usage, grads, {0: want * (1 + 1e-7)}, "perturbed")
+    assert np is usage.fn.__globals__["np"]   # the module's numpy is restored
