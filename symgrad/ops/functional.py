@@ -1400,7 +1400,8 @@ def setitem(t: Tensor, idx, value) -> None:
         v = to(v, t.dtype)
     tracing = registry._recorder is not None
     mask = _whole_mask(t, idx)
-    if tracing and mask is not None and (_is_number(v) or (isinstance(v, Tensor) and v.ndim == 0)):
+    if tracing and mask is not None and t._data.dtype.kind == "f" and \
+            (_is_number(v) or (isinstance(v, Tensor) and v.ndim == 0)):
         # t[mask] = v with a mask of t's own shape is where(mask, v, t): a trace can record it even when the
         # mask comes from the inputs (the gathered t[mask] would have a shape that depends on the values)
         _write_inplace(t, where(mask, v, _alias_for_inplace(t, False)), "setitem")
