@@ -69,6 +69,7 @@ int = int32
 
 _methods.attach()
 
+from . import scipy  # noqa: E402, F401 - symgrad.scipy.special (does not import scipy)
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"

@@ -410,9 +410,7 @@ class Tensor:
     def __iter__(self):
         if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        from .ops import functional as F
-
-        return iter(F.unbind(self, 0))
+        return _rows(self)
 
     def __reduce__(self):
         return (_rebuild, (self._data, self._requires_grad))
@@ -423,8 +421,9 @@ _node_module.bind_tensor_class(Tensor)
 
 # numpy surface, elementwise family: scipy.special's Python functions (not ufuncs) convert their
 # argument with numpy.asarray, which cannot keep a graph; name the function and what to use instead.
-_SCIPY_EQUIVALENTS = {"logsumexp": "symgrad.logsumexp(x, dim)", "softmax": "symgrad.softmax(x, dim)",
-                      "log_softmax": "symgrad.log_softmax(x, dim)"}
+# symgrad.scipy.special has drop-ins; with SCIPY_ARRAY_API=1 scipy's own run on tensors (their array API).
+_SCIPY_EQUIVALENTS = {name: f"symgrad.scipy.special.{name} (a drop-in: the same arguments)"
+                      for name in ("logsumexp", "softmax", "log_softmax")}
 
 
 def _refuse_scipy_function() -> None:
@@ -442,11 +441,20 @@ def _refuse_scipy_function() -> None:
             while frame is not None and frame.f_globals.get("__name__", "").startswith("scipy."):
                 if hasattr(special, frame.f_code.co_name):
                     name = frame.f_code.co_name
+                else:
+                    # with SCIPY_ARRAY_API=1 a ufunc runs inside scipy's dispatching wrapper, as its local _f
+                    wrapped = getattr(frame.f_locals.get("_f"), "__name__", None)
+                    if isinstance(wrapped, str) and hasattr(special, wrapped):
+                        name = wrapped
                 frame = frame.f_back
             use = _SCIPY_EQUIVALENTS.get(name)
             raise TypeError(f"symgrad: scipy.special.{name} is not supported on symgrad tensors (it converts "
                             f"its argument with numpy.asarray, which would drop the gradient); "
-                            + (f"use {use} instead" if use else "use the matching symgrad op instead")
+                            + (f"use {use}, or set the environment variable SCIPY_ARRAY_API=1 before scipy is "
+                               "first imported (scipy then computes it with symgrad's array API namespace)"
+                               if use else "the scipy.special functions symgrad differentiates are those of "
+                               "symgrad.scipy.special (expit, logit, erf, erfc, gammaln, digamma, xlogy, xlog1py, "
+                               "logsumexp, softmax, log_softmax)")
                             + ", or t.detach().numpy() if no gradient is needed")
         frame = frame.f_back
 
@@ -483,6 +491,14 @@ def _array_caller() -> str:
     module = ".".join(p for p in frame.f_globals.get("__name__", "?").split(".") if not p.startswith("_")) \
         if installed(frame) else frame.f_globals.get("__name__", "?")
     return f"{module}.{frame.f_code.co_name}"
+
+
+def _rows(t: Tensor):
+    """``iter(t)``: unbound on the first ``next()``, since ``np.iterable(t)`` (which array API libraries
+    call on every argument) only asks for the iterator."""
+    from .ops import functional as F
+
+    yield from F.unbind(t, 0)
 
 
 def _rebuild(data, requires_grad):

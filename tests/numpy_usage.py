@@ -15,6 +15,13 @@ builder of its arguments.  :func:`check` runs it
 Rows whose result has no gradient (``argsort``, ``bincount``) set ``grad=False``: their values are checked,
 eagerly and compiled.  Arguments are float64 numpy arrays unless the builder makes them otherwise; the
 positions in ``wrt`` are differentiated (floating-point arrays only).
+
+When HIPS autograd is installed, the gradients are also compared with ``autograd.grad`` of the same code run
+with ``autograd.numpy`` (and ``autograd.scipy.special``) in place of ``np`` (and ``sc``/``ss``), which are
+swapped in the row's module while autograd runs.  Rows autograd cannot run (a function it lacks, a
+gradient it does not define, or a value that differs from numpy's) are not compared; a row where autograd
+is known to be the one wrong says why in ``autograd_differs``.  ``SYMGRAD_AUTOGRAD_LOG=<file>`` appends each
+row's outcome to that file (for counting).
 """
 
 from __future__ import annotations
@@ -28,6 +35,13 @@ import numpy as np
 import pytest
 
 import symgrad
+
+try:
+    import autograd
+    import autograd.numpy as anp
+    import autograd.scipy.special as asp
+except ImportError:   # the comparison is skipped (the other checks of each row still run)
+    autograd = None
 
 # A Numba compile costs about a second per row: the CI profile compiles every sixth row (chosen by its
 # name) with Numba and the others with the numpy backend (the same trace, autodiff and partition, kernels
@@ -51,6 +65,7 @@ class Usage:
     compiled: bool = True
     rtol: float = 1e-6
     atol: float = 1e-8
+    autograd_differs: str = ""                 # why HIPS autograd's gradient is not the one to compare with
 
 
 def params(usages: list[Usage]):
@@ -88,6 +103,70 @@ def _finite_differences(f, args, wrt, eps=1e-6) -> list[np.ndarray]:
     return grads
 
 
+def _autograd_stand_ins(module_globals: dict) -> dict:
+    """The names of a row's module to point at autograd while it runs: numpy, scipy.special and
+    symgrad.scipy.special (whatever the module calls them)."""
+    swaps = {}
+    for name, value in module_globals.items():
+        if value is np:
+            swaps[name] = anp
+        elif getattr(value, "__name__", None) in ("scipy.special", "symgrad.scipy.special"):
+            swaps[name] = asp
+    return swaps
+
+
+def autograd_gradients(usage: Usage, args: tuple, weights: np.ndarray, want_value: float) -> tuple[dict, str]:
+    """``({argument position: gradient}, outcome)`` from HIPS autograd, for the positions it differentiates;
+    the outcome says why a row gets no gradients (autograd lacks a function or a gradient, its value is not
+    numpy's, or its gradient does not have the argument's shape)."""
+    module_globals = usage.fn.__globals__
+    swaps = _autograd_stand_ins(module_globals)
+    saved = {name: module_globals[name] for name in swaps}
+
+    def loss(*a):
+        return anp.sum(usage.fn(*a) * weights)
+
+    grads, outcome = {}, "autograd has no gradient for it"
+    module_globals.update(swaps)
+    try:
+        try:
+            value = loss(*args)
+        except Exception:   # noqa: BLE001 - autograd lacks something the row calls
+            return {}, "autograd cannot run it"
+        if not np.allclose(np.asarray(value, dtype=np.float64), want_value, rtol=1e-6, atol=1e-8):
+            return {}, "autograd's value is not numpy's"
+        for i in usage.wrt:
+            try:
+                g = np.asarray(autograd.grad(loss, i)(*args))
+            except Exception:   # noqa: BLE001 - no gradient defined for this argument
+                continue
+            if g.shape == np.shape(args[i]) and g.dtype.kind == "f":
+                grads[i] = g
+            else:
+                outcome = f"autograd's gradient has shape {g.shape}, not the argument's {np.shape(args[i])}"
+    finally:
+        module_globals.update(saved)
+    return grads, "compared" if grads else outcome
+
+
+def _log_autograd(usage: Usage, outcome: str) -> None:
+    path = os.environ.get("SYMGRAD_AUTOGRAD_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{outcome}\t{usage.name}\n")
+
+
+def _compare_with_autograd(usage: Usage, ag: dict, got: dict, where: str) -> None:
+    """symgrad's gradients against autograd's: tighter than finite differences (both are analytic)."""
+    for i, g in ag.items():
+        if i not in got:
+            continue
+        float32 = np.asarray(got[i]).dtype == np.float32
+        rtol, atol = (1e-5, 1e-6) if float32 else (1e-8, 1e-10)   # analytic on both sides
+        np.testing.assert_allclose(got[i], g, rtol=rtol, atol=atol * max(1.0, float(np.max(np.abs(g), initial=0))),
+                                   err_msg=f"{usage.name}: {where} gradient of argument {i} vs HIPS autograd")
+
+
 def _as_array(v) -> np.ndarray:
     if isinstance(v, symgrad.Tensor):
         return v.detach().numpy()
@@ -102,6 +181,13 @@ def check(usage: Usage, seed: int = 0) -> None:
     tol = dict(rtol=usage.rtol, atol=usage.atol)
     differentiate = usage.grad and want.dtype.kind == "f"
     fd = _finite_differences(_loss(usage.fn, weights), args, usage.wrt) if differentiate else None
+    ag = {}
+    if differentiate and autograd is not None:
+        if usage.autograd_differs:
+            _log_autograd(usage, "autograd wrong: " + usage.autograd_differs)
+        else:
+            ag, outcome = autograd_gradients(usage, args, weights, float(np.sum(want * weights)))
+            _log_autograd(usage, outcome)
 
     if usage.eager:
         leaves = [symgrad.tensor(a, requires_grad=(i in usage.wrt and differentiate))
@@ -116,6 +202,7 @@ def check(usage: Usage, seed: int = 0) -> None:
                 assert leaves[i].grad is not None, f"{usage.name}: eager gradient of argument {i} is None"
                 np.testing.assert_allclose(leaves[i].grad.numpy(), g, rtol=1e-4, atol=1e-6,
                                            err_msg=f"{usage.name}: eager gradient of argument {i} vs differences")
+            _compare_with_autograd(usage, ag, {i: leaves[i].grad.numpy() for i in usage.wrt}, "eager")
             if usage.second_order:
                 fresh = [symgrad.tensor(a, requires_grad=(i in usage.wrt)) if isinstance(a, np.ndarray) else a
                          for i, a in enumerate(args)]
@@ -130,6 +217,7 @@ def check(usage: Usage, seed: int = 0) -> None:
             for i, g, f in zip(usage.wrt, grads, fd):
                 np.testing.assert_allclose(g, f, rtol=1e-4, atol=1e-6,
                                            err_msg=f"{usage.name}: compiled gradient of argument {i} vs differences")
+            _compare_with_autograd(usage, ag, dict(zip(usage.wrt, grads)), "compiled")
         else:
             got = symgrad.compile(usage.fn, backend=backend_for(usage.name))(*args)
             np.testing.assert_allclose(_as_array(got), want, err_msg=f"{usage.name}: compiled value", **tol)

@@ -297,6 +297,8 @@ SAMPLES = {
     "bincount": lambda r: [(r.integers(0, 4, 9), U(r, 9), 0), (r.integers(0, 4, 9), U(r, 9), 6)],
     "_bincount_fixed": lambda r: [(np.array([0, 2, 2, 1]), U(r, 4), 0, 3), (np.array([0, 2, 2, 1]), U(r, 4), 5, 5)],
     "isnan": lambda r: [(np.array([1.0, np.nan, -2.0, np.inf]),), (U(r, 2, 3),)],
+    "isinf": lambda r: [(np.array([1.0, np.nan, -np.inf, np.inf]),), (U(r, 2, 3),)],
+    "isfinite": lambda r: [(np.array([1.0, np.nan, -np.inf, np.inf]),), (U(r, 2, 3),)],
     # numpy surface: shape, assembly and indexing
     "flip": lambda r: [(U(r, 3, 4), (0,)), (U(r, 2, 3, 4), (0, 2)), (U(r, 3, 4), ())],
     # repeated positions on purpose: only the last write of each keeps its value and gradient
@@ -828,6 +830,8 @@ TORCH_EQUIVALENT = {
     "argmax": lambda L, x, dim, keepdim: L.argmax(x, dim=dim, keepdim=keepdim),
     "argmin": lambda L, x, dim, keepdim: L.argmin(x, dim=dim, keepdim=keepdim),
     "isnan": lambda L, x: L.isnan(x),
+    "isinf": lambda L, x: L.isinf(x),
+    "isfinite": lambda L, x: L.isfinite(x),
     # numpy surface: shape, assembly and indexing
     "flip": lambda L, x, dims: L.flip(x, dims),
     # numpy surface, elementwise family (torch has no cbrt; its trigamma is good to only ~1e-9, so

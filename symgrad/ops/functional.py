@@ -1401,6 +1401,13 @@ def setitem(t: Tensor, idx, value) -> None:
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
         v = to(v, t.dtype)
     tracing = registry._recorder is not None
+    mask = _whole_mask(t, idx)
+    if tracing and mask is not None and t._data.dtype.kind == "f" and \
+            (_is_number(v) or (isinstance(v, Tensor) and v.ndim == 0)):
+        # t[mask] = v with a mask of t's own shape is where(mask, v, t): a trace can record it even when the
+        # mask comes from the inputs (the gathered t[mask] would have a shape that depends on the values)
+        _write_inplace(t, where(mask, v, _alias_for_inplace(t, False)), "setitem")
+        return
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
         advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
@@ -1413,6 +1420,15 @@ def setitem(t: Tensor, idx, value) -> None:
         return
     t._data[_index_arg(idx)] = v._data if isinstance(v, Tensor) else v
     t._version_counter.value += 1
+
+
+def _whole_mask(t: Tensor, idx):
+    """The bool tensor ``idx`` (alone, or alone in a tuple) when it has ``t``'s shape; else None."""
+    if isinstance(idx, tuple) and len(idx) == 1:
+        idx = idx[0]
+    if isinstance(idx, Tensor) and idx._data.dtype == np.bool_ and idx._data.shape == t._data.shape:
+        return idx
+    return None
 
 
 def _last_writes_only(t: Tensor, idx, v: Tensor) -> Tensor:
@@ -2218,6 +2234,26 @@ def _isnan_fwd(self):
 def isnan(input) -> Tensor:
     """Where ``input`` is NaN (a bool tensor, no gradient); recorded, so a compiled graph tests each call."""
     return _call("isnan", as_tensor(input))
+
+
+@forward("isinf")
+def _isinf_fwd(self):
+    return np.isinf(self) if self.dtype.kind in "fc" else np.zeros(self.shape, dtype=bool)
+
+
+def isinf(input) -> Tensor:
+    """Where ``input`` is +-inf (a bool tensor, no gradient); recorded, so a compiled graph tests each call."""
+    return _call("isinf", as_tensor(input))
+
+
+@forward("isfinite")
+def _isfinite_fwd(self):
+    return np.isfinite(self) if self.dtype.kind in "fc" else np.ones(self.shape, dtype=bool)
+
+
+def isfinite(input) -> Tensor:
+    """Where ``input`` is neither inf nor NaN (a bool tensor, no gradient); recorded like :func:`isnan`."""
+    return _call("isfinite", as_tensor(input))
 
 
 def _isnan(t: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ from ..tensor import Tensor, is_numpy_face
 from . import functional as F
 from . import registry
 
-__all__ = ["array_ufunc", "array_function", "install", "supported_ufuncs", "supported_functions"]
+__all__ = ["array_ufunc", "array_function", "array_namespace", "install", "supported_ufuncs", "supported_functions"]
 
 # numpy omits arguments the caller did not pass; this marks "not given" in our numpy-shaped handlers.
 _NOT_GIVEN = object()
@@ -641,3 +641,11 @@ def install(cls=Tensor) -> None:
     from . import numpy_surface  # noqa: F401 - registers the handlers of each family
     cls.__array_ufunc__ = array_ufunc
     cls.__array_function__ = array_function
+    cls.__array_namespace__ = array_namespace
+
+
+def array_namespace(self, *, api_version=None):
+    """``Tensor.__array_namespace__``: the array API namespace of tensors
+    (:mod:`symgrad.ops.numpy_surface.array_api`), numpy's functions on tensors."""
+    from .numpy_surface import array_api
+    return array_api.namespace_of(self, api_version)

@@ -60,6 +60,8 @@ def _register_scipy() -> None:
               "digamma": F.digamma, "xlogy": F.xlogy, "frac": F.frac, "xlog1py": F.xlog1py}
     for name, fn in ufuncs.items():
         ufunc = getattr(sc, name, None)
+        # with SCIPY_ARRAY_API=1 scipy wraps each ufunc in a Python function dispatching on the namespace
+        ufunc = getattr(ufunc, "__wrapped__", ufunc)
         if isinstance(ufunc, np.ufunc):
             numpy_ufuncs(ufunc)(fn)
 

@@ -191,6 +191,8 @@ def _kept_axes(axes, ndim):
 
 # np.isnan as the recorded isnan op: a compiled graph tests each call's values (the nan-reductions use it)
 numpy_ufuncs(np.isnan)(lambda x: F.isnan(x))
+numpy_ufuncs(np.isinf)(lambda x: F.isinf(x))
+numpy_ufuncs(np.isfinite)(lambda x: F.isfinite(x))
 
 
 
