@@ -303,9 +303,9 @@ def test_concatenating_scalars_says_to_stack():
 
 def test_numpy_array_of_traced_values_says_to_stack():
     with pytest.raises(TraceError, match=r"np[.]stack"):
-        symgrad.compile(lambda x: np.array([x.sum(), x.max()]).sum())(X)
+        symgrad.compile(lambda x: np.array([x.sum(), x.max()]).sum(), strict=True)(X)
     with pytest.raises(TraceError, match=r"np[.]stack"):
-        symgrad.compile(lambda x: np.sum([x.sum(), x.max()]))(X)
+        symgrad.compile(lambda x: np.sum([x.sum(), x.max()]), strict=True)(X)
 
 
 def test_numpy_array_of_tensors_that_require_grad_says_to_stack():
