@@ -59,6 +59,7 @@ int = int32
 
 _methods.attach()
 
+from . import nn, optim  # noqa: E402 - torch.nn and torch.optim (need the tensor methods attached)
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"
