@@ -210,3 +210,14 @@ def test_plain_functions_are_unchanged():
     assert x.grad.tolist() == [2.0, 4.0]
     assert f.parameters_passed() == []
     assert isinstance(f, symgrad.CompiledFunction)
+
+
+def test_inspect_shows_parameters_as_placeholders():
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh()).double()
+    fast = symgrad.compile(model)
+    x = symgrad.ones(4, 2, dtype=symgrad.float64)
+    kernels = fast.inspect(x)
+    assert [v.name for v in kernels.graph.placeholders] == ["p_0_weight", "p_0_bias", "input"]
+    assert not any(n.op == "constant" for n in kernels.graph.nodes)
+    fast(x).sum().backward()
+    assert fast.stats()["traces"] == 1   # the call used the kernels inspect built

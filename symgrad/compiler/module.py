@@ -230,6 +230,19 @@ class LiftedFunction(CompiledFunction):
                 self._lifted.__signature__ = self._user_signature
         raise AssertionError("unreachable: the second trace does not look for parameters")
 
+    def inspect(self, *args):
+        """The kernels a call with these arguments runs (parameters as inputs, as in :meth:`__call__`)."""
+        modules = [self.module] if self.module is not None else self._reach.modules()
+        self._kernels = self._kernel_sets.setdefault(tuple(m.training for top in modules for m in top.modules()), {})
+        self._current = current = self._parameters()
+        self._lifted.__signature__ = self._signature(current)
+        self._n_lifted = len(current)
+        try:
+            return self.kernels_for(*[p for _, p in current], *args)
+        finally:
+            self._n_lifted = 0
+            self._lifted.__signature__ = self._user_signature
+
     def parameters_passed(self) -> list[str]:
         """The names of the parameters passed as inputs at the last call (placeholder order)."""
         return [name for name, _ in self._current]
@@ -298,7 +311,19 @@ class OptimizedModule(Module):
             return getattr(self._modules["_orig_mod"], name)
 
     def stats(self) -> dict:
+        """The compiled forward's statistics (see :meth:`CompiledFunction.stats`)."""
         return self.compiled.stats()
+
+    def inspect(self, *args):
+        """The graphs and generated code a call with these arguments runs; the placeholders are the
+        parameters (named after them), then the arguments.
+
+        >>> import symgrad as torch
+        >>> fast = torch.compile(torch.nn.Linear(2, 1).double())
+        >>> [v.name for v in fast.inspect(torch.ones(3, 2, dtype=torch.float64)).graph.placeholders]
+        ['weight', 'bias', 'input']
+        """
+        return self.compiled.inspect(*args)
 
 
 def compile_callable(fn: Callable, **options):
