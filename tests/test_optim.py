@@ -69,6 +69,9 @@ CASES = [
     ("Adam", {"lr": 0.01, "maximize": True, "amsgrad": True}),
     ("AdamW", {"lr": 0.01}),
     ("AdamW", {"lr": 0.01, "weight_decay": 0.3, "amsgrad": True}),
+    ("RMSprop", {"lr": 0.01}),
+    ("RMSprop", {"lr": 0.01, "alpha": 0.9, "weight_decay": 0.1, "momentum": 0.5}),
+    ("RMSprop", {"lr": 0.01, "centered": True, "momentum": 0.9, "maximize": True}),
 ]
 
 
@@ -175,7 +178,7 @@ def test_non_leaf_and_duplicate_parameters_refused():
 
 
 def test_defaults_match_torch():
-    for name in ("SGD", "Adam", "AdamW"):
+    for name in ("SGD", "Adam", "AdamW", "RMSprop"):
         sopt = getattr(symgrad.optim, name)([nn.Parameter(symgrad.ones(2))])
         topt = getattr(torch.optim, name)([torch.nn.Parameter(torch.ones(2))])
         assert sopt.defaults == topt.defaults

@@ -1,4 +1,4 @@
-"""``symgrad.optim``: PyTorch's ``torch.optim`` optimizers (SGD, Adam, AdamW), same update formulas.
+"""``symgrad.optim``: PyTorch's ``torch.optim`` optimizers (SGD, Adam, AdamW, RMSprop), same update formulas.
 
 >>> import symgrad as torch
 >>> model = torch.nn.Linear(2, 1)
@@ -9,6 +9,7 @@
 
 from .adam import Adam, AdamW
 from .optimizer import Optimizer
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop"]
