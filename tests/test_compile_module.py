@@ -221,3 +221,21 @@ def test_inspect_shows_parameters_as_placeholders():
     assert not any(n.op == "constant" for n in kernels.graph.nodes)
     fast(x).sum().backward()
     assert fast.stats()["traces"] == 1   # the call used the kernels inspect built
+
+
+def test_training_flag_read_through_a_plain_object_selects_kernels():
+    class Trainer:   # not a module: the model is reached through an attribute
+        def __init__(self):
+            self.model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).double()
+
+    trainer = Trainer()
+    trainer.model.eval()
+    f = symgrad.compile(lambda x: trainer.model(x).sum())
+    x = symgrad.ones(3, 2, dtype=symgrad.float64)
+    assert float(f(x).detach()) == pytest.approx(float(trainer.model(x).sum().detach()), rel=1e-14)
+    trainer.model.train()   # the kernels traced in eval mode must not run: the trace refuses dropout
+    with pytest.raises(symgrad.TraceError, match="dropout in training mode"):
+        f(x)
+    trainer.model.eval()
+    f(x)
+    assert f.stats()["traces"] == 1

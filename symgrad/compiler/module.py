@@ -30,6 +30,7 @@ import keyword
 import re
 from collections.abc import Callable
 
+from ..nn.modules import module as nn_module
 from ..nn.modules.module import Module
 from ..ops import registry
 from ..tensor import Tensor
@@ -66,9 +67,8 @@ def _note_modules(value, found: dict) -> None:
 
 
 class _Reach:
-    """Where ``fn`` can find modules directly: itself, its ``self``, its closure cells and the globals
-    its code names.  Their training flags select the kernels, since a trace bakes them in; the places
-    are read at each call, so a global rebound to another module is seen."""
+    """The modules ``fn`` can reach directly: itself, its ``self``, its closure cells and the globals
+    its code names (parameters found while tracing are named after them)."""
 
     def __init__(self, fn: Callable) -> None:
         self.fixed: dict[int, Module] = {}
@@ -117,7 +117,9 @@ class LiftedFunction(CompiledFunction):
         self._n_lifted = 0                             # leading arguments of the current call that are parameters
         self._discover = False
         self._kernel_sets: dict = {}
-        self._reach = _Reach(fn) if module is None else None
+        self._mode_modules: list = []                 # modules whose training flag a trace read
+        self._new_mode_modules: list = []
+        self._last_built = None
         self._signatures: dict = {}                    # parameter names -> the signature naming placeholders
         user_fn = fn
         compiled = self
@@ -132,14 +134,18 @@ class LiftedFunction(CompiledFunction):
                 v = recorder.value_of(stand_in)
                 recorder.bind(p, v)
                 recorder.inputs.append((p, v))   # writing into a parameter inside the function is refused
-            if not compiled._discover:
-                return user_fn(*args)
-            watch = _OutsideTensors(recorder)
+            watch = _OutsideTensors(recorder) if compiled._discover else None
+            outer, nn_module._training_reads = nn_module._training_reads, []
             try:
                 out = user_fn(*args)
             finally:
-                watch.close()
-            watch.check()
+                compiled._new_mode_modules += [m for m in nn_module._training_reads
+                                               if all(m is not k for k in compiled._mode_modules)]
+                nn_module._training_reads = outer
+                if watch is not None:
+                    watch.close()
+            if watch is not None:
+                watch.check()
             return out
 
         functools.update_wrapper(lifted, fn.forward if isinstance(fn, Module) else fn, updated=())
@@ -152,7 +158,8 @@ class LiftedFunction(CompiledFunction):
     def _build(self, args: tuple, wrt, joint_kernel: bool = False):
         fn, self.fn = self.fn, self._lifted
         try:
-            return super()._build(args, wrt, joint_kernel)
+            self._last_built = super()._build(args, wrt, joint_kernel)
+            return self._last_built
         finally:
             self.fn = fn
 
@@ -179,36 +186,47 @@ class LiftedFunction(CompiledFunction):
         rest = [p.replace(kind=inspect.Parameter.POSITIONAL_ONLY, default=inspect.Parameter.empty) for p in user]
         return inspect.Signature(lifted + rest)
 
-    def __call__(self, *args):
-        if self.module is None and not self._found:
-            modules = self._reach.modules()
-            if not modules:   # nothing to lift so far: the plain call, watching the trace for parameters
-                self._kernels = self._kernel_sets.setdefault((), {})
-                self._current = []
-                self._discover = True
-                try:
-                    return super().__call__(*args)
-                except _NewParameters as found:
-                    self._stats["calls"] -= 1
-                    self._remember(found.tensors, [], modules)
-                finally:
-                    self._discover = False
-        else:
-            modules = [self.module] if self.module is not None else self._reach.modules()
-        return self._call_lifted(args, modules)
+    def _mode(self) -> tuple:
+        """The training flags the traces read: kernels are kept per value of them."""
+        return tuple([m.__dict__["_training"] for m in self._mode_modules])
 
-    def _remember(self, tensors: list, current: list, modules: list) -> None:
+    def __call__(self, *args):
+        self._kernels = self._kernel_sets.setdefault(self._mode(), {})
+        if self.module is None and not self._found:
+            # nothing to lift so far: the plain call, watching the trace for parameters
+            self._current = []
+            self._discover = True
+            try:
+                return self._settle(super().__call__(*args))
+            except _NewParameters as found:
+                self._stats["calls"] -= 1
+                self._remember(found.tensors, [])
+            finally:
+                self._discover = False
+        return self._settle(self._call_lifted(args))
+
+    def _settle(self, result):
+        """After a trace that read training flags not read before: keep the kernels just built under
+        the key of the flags' current values (earlier kernels did not record those flags: dropped)."""
+        if self._new_mode_modules:
+            for m in self._new_mode_modules:
+                if all(m is not k for k in self._mode_modules):
+                    self._mode_modules.append(m)
+            self._new_mode_modules = []
+            built = self._last_built
+            self._kernels = {key: k for key, k in self._kernels.items() if k is built}
+            self._kernel_sets = {self._mode(): self._kernels}
+        return result
+
+    def _remember(self, tensors: list, current: list) -> None:
         known = {id(p) for _, p in current} | {id(p) for _, p in self._found}
-        names = {id(p): name for m in modules for name, p in m.named_parameters()}
+        names = {id(p): name for m in _Reach(self.user_fn).modules() for name, p in m.named_parameters()}
         for t in tensors:
             if id(t) not in known:
                 known.add(id(t))
                 self._found.append((names.get(id(t), f"param{len(self._found)}"), t))
 
-    def _call_lifted(self, args: tuple, modules: list):
-        # kernels per combination of training flags: a trace bakes in train/eval behaviour
-        mode = tuple(m.training for top in modules for m in top.modules())
-        self._kernels = self._kernel_sets.setdefault(mode, {})
+    def _call_lifted(self, args: tuple):
         for attempt in (0, 1):
             self._current = current = self._parameters()
             if current:
@@ -223,7 +241,7 @@ class LiftedFunction(CompiledFunction):
                 return super().__call__(*[p for _, p in current], *args)
             except _NewParameters as found:
                 self._stats["calls"] -= 1
-                self._remember(found.tensors, current, modules)
+                self._remember(found.tensors, current)
             finally:
                 self._n_lifted = 0
                 self._discover = False
@@ -232,13 +250,12 @@ class LiftedFunction(CompiledFunction):
 
     def inspect(self, *args):
         """The kernels a call with these arguments runs (parameters as inputs, as in :meth:`__call__`)."""
-        modules = [self.module] if self.module is not None else self._reach.modules()
-        self._kernels = self._kernel_sets.setdefault(tuple(m.training for top in modules for m in top.modules()), {})
+        self._kernels = self._kernel_sets.setdefault(self._mode(), {})
         self._current = current = self._parameters()
         self._lifted.__signature__ = self._signature(current)
         self._n_lifted = len(current)
         try:
-            return self.kernels_for(*[p for _, p in current], *args)
+            return self._settle(self.kernels_for(*[p for _, p in current], *args))
         finally:
             self._n_lifted = 0
             self._lifted.__signature__ = self._user_signature

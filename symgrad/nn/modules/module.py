@@ -59,11 +59,25 @@ def _indent(text: str, spaces: int) -> str:
     return lines[0] + "".join("\n" + " " * spaces + line for line in lines[1:])
 
 
+# While a compiled function is traced, the modules whose ``training`` flag the trace reads (symgrad.compile
+# keeps kernels per value of those flags, since a trace bakes in what it read); None otherwise.
+_training_reads: list | None = None
+
+
 class Module:
     """Base class of all layers: subclasses set parameters and submodules as attributes in
     ``__init__`` (after ``super().__init__()``) and define ``forward``."""
 
-    training: bool
+    @property
+    def training(self) -> bool:
+        """Whether the module is in training mode (``train()``/``eval()`` set it)."""
+        if _training_reads is not None:
+            _training_reads.append(self)
+        return self.__dict__["_training"]
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self.__dict__["_training"] = mode
 
     def __init__(self, *args, **kwargs) -> None:
         if args or kwargs:
