@@ -9,10 +9,7 @@
 tensor([8.])
 """
 
-from . import (
-    autograd,
-    nn,  # noqa: F401 - symgrad.nn, mirroring torch.nn
-)
+from . import autograd
 from .autograd import (
     enable_grad,
     inference_mode,
@@ -69,7 +66,8 @@ int = int32
 
 _methods.attach()
 
-from . import scipy  # noqa: E402, F401 - symgrad.scipy.special (does not import scipy)
+# torch.nn and torch.optim need the tensor methods attached; symgrad.scipy.special does not import scipy
+from . import nn, optim, scipy  # noqa: E402, F401
 from .ir import Graph, TraceError, trace  # noqa: E402
 
 __version__ = "0.1.0"

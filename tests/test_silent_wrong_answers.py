@@ -1,5 +1,7 @@
 """Regression tests for results that were once wrong without any error, each against PyTorch."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -346,8 +348,8 @@ def test_a_captured_numpy_array_written_between_calls_retraces_with_a_warning():
     assert vg.compiled.stats()["traces"] == 2
 
 
-def test_a_captured_parameter_updated_in_place_retraces():
-    weight = symgrad.tensor([1.0, 2.0], requires_grad=True)
+def test_a_captured_tensor_updated_in_place_retraces():
+    weight = symgrad.tensor([1.0, 2.0])
     f = symgrad.compile(lambda x: (x * weight).sum())
     x = symgrad.tensor([1.0, 1.0])
     assert f(x).item() == 3.0
@@ -355,6 +357,23 @@ def test_a_captured_parameter_updated_in_place_retraces():
         weight -= 1.0
     with pytest.warns(UserWarning, match="captured Tensor"):
         assert f(x).item() == 1.0
+
+
+def test_a_captured_parameter_updated_in_place_is_an_input():
+    # a leaf that requires grad read from outside is passed to the kernels (symgrad/compiler/module.py):
+    # its new value needs no new trace, and its gradient is not dropped
+    weight = symgrad.tensor([1.0, 2.0], requires_grad=True)
+    f = symgrad.compile(lambda x: (x * weight).sum())
+    x = symgrad.tensor([1.0, 3.0])
+    assert f(x).item() == 7.0
+    with symgrad.no_grad():
+        weight -= 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = f(x)
+    assert y.item() == 3.0 and f.stats()["traces"] == 1
+    y.backward()
+    assert weight.grad.tolist() == [1.0, 3.0]
 
 
 def test_constants_made_inside_the_function_do_not_retrace():

@@ -575,9 +575,11 @@ def compile(fn: Callable | None = None, **options):
     (False, 'joint', 'vector')
     """
     checked = CompileOptions.of(**options)   # bad options fail here, not at decoration
+    from .module import compile_callable  # modules, and parameters read from outside: symgrad/compiler/module.py
+
     if fn is None:
-        return lambda f: CompiledFunction(f, **checked)
-    return CompiledFunction(fn, **checked)
+        return lambda f: compile_callable(f, **checked)
+    return compile_callable(fn, **checked)
 
 
 # help() and inspect show the options as keyword arguments
