@@ -239,3 +239,31 @@ def test_training_flag_read_through_a_plain_object_selects_kernels():
     trainer.model.eval()
     f(x)
     assert f.stats()["traces"] == 1
+
+
+def test_data_dependent_forward_falls_back_with_parameters_filled():
+    """A module whose forward branches on a value runs eagerly (the lifted parameters are not
+    passed to the user's forward twice) and its parameters still get their gradients."""
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 1)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.sum() if y.sum() > 0 else (-y).sum()
+
+    symgrad.manual_seed(0)
+    model = Gate()
+    compiled = symgrad.compile(model)
+    x = symgrad.randn(4, 3)
+    with pytest.warns(symgrad.EagerFallbackWarning):
+        loss = compiled(x)
+    loss.backward()
+    expected = model(x)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected.backward()
+    assert loss.item() == expected.item()
+    for g, p in zip(grads, model.parameters()):
+        np.testing.assert_array_equal(g.numpy(), p.grad.numpy())

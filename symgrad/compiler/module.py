@@ -248,6 +248,10 @@ class LiftedFunction(CompiledFunction):
                 self._lifted.__signature__ = self._user_signature
         raise AssertionError("unreachable: the second trace does not look for parameters")
 
+    def _call_eager(self, args: tuple):
+        # the eager fallback runs the user's function, which reads its parameters from the modules
+        return super()._call_eager(args[self._n_lifted:])
+
     def inspect(self, *args):
         """The kernels a call with these arguments runs (parameters as inputs, as in :meth:`__call__`)."""
         self._kernels = self._kernel_sets.setdefault(self._mode(), {})
