@@ -10,11 +10,26 @@ tensor([8.])
 """
 
 from . import autograd
+from . import creation as _creation
+from ._device import (
+    DeviceError,
+    Generator,
+    backends,
+    cuda,
+    default_generator,
+    device,
+    get_default_device,
+    get_rng_state,
+    initial_seed,
+    seed,
+    set_default_device,
+    set_rng_state,
+)
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .creation import (
     arange,
-    as_tensor,
     empty,
+    empty_like,
     eye,
     from_numpy,
     full,
@@ -24,8 +39,12 @@ from .creation import (
     ones,
     ones_like,
     rand,
+    rand_like,
     randint,
     randn,
+    randn_like,
+    randperm,
+    strided,
     tensor,
     zeros,
     zeros_like,
@@ -51,11 +70,15 @@ from .ops.functional import *  # noqa: F403 - the public op functions
 from .ops.functional import slice_op as _slice_op
 from .tensor import Size, Tensor
 
+# the star import above brought functional's internal as_tensor: the public one is the factory's
+as_tensor = _creation.as_tensor
+
 float = float32
 double = float64
 half = float16
 long = int64
 int = int32
+short = int16
 
 _methods.attach()
 

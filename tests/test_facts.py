@@ -50,7 +50,10 @@ def test_shipped_facts_are_the_backends_former_lists():
     assert facts.ops_tagged("fresh_result") == {"mm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
                                                 "where.self",
-                                                "flip", "keep_last_writes"}  # numpy surface: shape
+                                                "flip", "keep_last_writes",  # numpy surface: shape
+                                                # torch surface: selection and repetition
+                                                "gather", "value_selecting_reduction_backward", "repeat",
+                                                "repeat_backward"}
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {
