@@ -81,6 +81,14 @@ int = int32
 short = int16
 
 _methods.attach()
+# torch.sin_(t), torch.relu_(t) ...: the in-place forms PyTorch also has as functions
+for _name in ("sin_", "cos_", "tan_", "exp_", "exp2_", "expm1_", "log_", "log1p_", "log2_", "log10_", "sqrt_",
+              "rsqrt_", "abs_", "neg_", "sign_", "sinh_", "cosh_", "tanh_", "atan_", "asin_", "acos_", "erf_",
+              "reciprocal_", "square_", "round_", "trunc_", "floor_", "ceil_", "frac_", "sigmoid_", "relu_",
+              "clamp_", "clamp_min_", "clamp_max_", "fill_", "zero_"):
+    if hasattr(Tensor, _name):
+        globals()[_name] = getattr(Tensor, _name)
+del _name
 
 from .ir import Graph, TraceError, trace  # noqa: E402
 
