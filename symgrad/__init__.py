@@ -111,7 +111,27 @@ def __getattr__(name):
             value = getattr(importlib.import_module(f"{__name__}.compiler.{module}"), name)
         globals()[name] = value
         return value
+    if name in _NOT_SUPPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}: {_NOT_SUPPORTED[name]} "
+                             "(see docs/torch.md)")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# PyTorch names symgrad deliberately lacks, with what to do instead (docs/torch.md lists them)
+_COMPLEX = "symgrad has no complex dtypes; compute with the real and imaginary parts as separate real tensors"
+_NOT_SUPPORTED = {
+    **dict.fromkeys(("complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf", "complex", "view_as_real",
+                     "view_as_complex", "polar"), _COMPLEX),
+    "bfloat16": "symgrad's floating dtypes are float16, float32 and float64 (numpy has no bfloat16)",
+    **dict.fromkeys(("sparse_coo", "sparse_csr", "sparse_csc", "sparse_coo_tensor", "sparse_csr_tensor", "sparse"),
+                    "symgrad has dense (strided) tensors only"),
+    "distributed": "symgrad has no distributed training; for many processes see symgrad.dask (docs/dask.md)",
+    **dict.fromkeys(("jit", "fx", "export", "onnx"), "symgrad has no TorchScript/FX/export; symgrad.compile traces "
+                    "a function to its own IR (docs/compiling.md)"),
+    **dict.fromkeys(("quantize_per_tensor", "quantization", "ao"), "symgrad has no quantized tensors"),
+    "mps": "symgrad runs on the CPU only",
+    "xpu": "symgrad runs on the CPU only",
+}
 
 
 def __dir__():
