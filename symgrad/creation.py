@@ -9,11 +9,14 @@ symgrad.float32
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import _device
 from . import dtypes as _dt
 from ._device import Generator, manual_seed  # noqa: F401 - the random factories draw from their streams
+from .ops import registry as _registry
 from .tensor import Tensor
 
 
@@ -217,7 +220,17 @@ def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
                  device)
 
 
+def _refuse_in_trace(op: str) -> None:
+    """A random draw inside a function being compiled would become a constant of the graph: the same
+    numbers on every call, where PyTorch draws new ones."""
+    rec = _registry._recorder
+    if rec is not None and rec.thread == threading.get_ident():
+        rec.refuse(f"symgrad.{op} inside a compiled function would be a constant of the trace (the same numbers "
+                   "on every call); draw the random numbers outside the function and pass them in")
+
+
 def _random_float_dtype(dtype, op: str):
+    _refuse_in_trace(op)
     np_dtype = _dtype_np(dtype)
     if np_dtype.kind != "f":
         raise RuntimeError(f"\"{op}\" not implemented for '{_dt.from_numpy_dtype(np_dtype).name}': {op} draws "
@@ -230,6 +243,7 @@ def randint(low, high=None, size=None, *, generator=None, out=None, dtype=None, 
     """Integers from ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)`` (int64 unless
     ``dtype`` says otherwise; only a floating ``dtype`` may require grad, as in PyTorch)."""
     _check_layout(layout)
+    _refuse_in_trace("randint")
     if size is None:
         if high is None or not isinstance(high, (tuple, list)):
             raise TypeError("randint() missing the size argument: randint(high, size) or randint(low, high, size)")
@@ -243,6 +257,7 @@ def randperm(n: int, *, generator=None, out=None, dtype=None, layout=None, devic
              requires_grad: bool = False) -> Tensor:
     """A random permutation of ``0 .. n-1`` (int64)."""
     _check_layout(layout)
+    _refuse_in_trace("randperm")
     rng = _device.generator_rng(generator)
     return _leaf(rng.permutation(int(n)).astype(_dtype_np(dtype, _dt.int64)), requires_grad, device)
 

@@ -192,12 +192,21 @@ class Tensor:
         Unlike :meth:`detach` it has its own version counter, so in-place changes through ``.data``
         (``p.data -= lr * p.grad``) are not seen by autograd, as in PyTorch.
         """
+        rec = _registry._recorder
+        if rec is not None and rec.is_traced(self):
+            # in a traced function, a graph value: shares the version counter so that the tracer sees
+            # in-place writes through it (a separate counter would hide them from the trace)
+            return self.detach()
         return Tensor._wrap(self._data)
 
     @data.setter
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
             raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}")
+        rec = _registry._recorder
+        if rec is not None and (rec.is_traced(self) or rec.is_traced(value)):
+            rec.refuse("assigning Tensor.data inside a compiled function is not supported: the graph cannot "
+                       "rebind a tensor to other values; compute a new tensor instead")
         if self.requires_grad and value._data.dtype != self._data.dtype:
             raise RuntimeError(f"data set to a tensor that requires gradients must match its dtype: assigning "
                                f"{value.dtype.name} data to a {self.dtype.name} tensor that requires grad")

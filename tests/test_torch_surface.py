@@ -470,3 +470,40 @@ def test_fill_copy_and_new_values_follow_autograd_rules():
     assert src.grad.tolist() == [2.0]          # copy_ broadcasts src: its gradient sums
     with pytest.raises(RuntimeError, match="layout"):
         symgrad.zeros(2, layout="sparse_coo")
+
+
+# --- inside compiled functions ----------------------------------------------------------------
+
+@pytest.mark.parametrize("draw", [lambda x: symgrad.randn(2), lambda x: symgrad.rand(2),
+                                  lambda x: symgrad.randint(0, 3, (2,)).float(),
+                                  lambda x: symgrad.ones(2).normal_(), lambda x: symgrad.ones(2).uniform_()])
+def test_random_draws_in_a_compiled_function_are_refused(draw):
+    # a draw during tracing would be baked in as a constant: the same numbers on every call
+    compiled = symgrad.compile(lambda x: (x * draw(x)).sum())
+    with pytest.raises(symgrad.TraceError, match="constant of the trace"):
+        compiled(symgrad.ones(2, requires_grad=True))
+
+
+def test_data_in_a_compiled_function_follows_the_values():
+    compiled = symgrad.compile(lambda x: ((x * 2).data * x).sum())
+    for values in ([1.0, 2.0], [3.0, -4.0]):
+        x = symgrad.tensor(values, dtype=symgrad.float64, requires_grad=True)
+        out = compiled(x)
+        out.backward()
+        assert out.item() == pytest.approx(sum(2 * v * v for v in values))
+        assert x.grad.tolist() == [2 * v for v in values]     # .data is a constant for autograd
+
+    def assigns(x):
+        y = x * 2
+        y.data = symgrad.ones(2)
+        return y.sum()
+
+    with pytest.raises(symgrad.TraceError, match="assigning Tensor.data"):
+        symgrad.compile(assigns)(symgrad.ones(2, requires_grad=True))
+
+
+def test_missing_torch_names_say_why():
+    for name, needle in (("complex64", "no complex dtypes"), ("sparse_coo_tensor", "dense"),
+                         ("distributed", "no distributed"), ("jit", "symgrad.compile"), ("bfloat16", "float16")):
+        with pytest.raises(AttributeError, match=needle):
+            getattr(symgrad, name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import math as _math
 import numbers
+import threading
 
 import numpy as np
 
@@ -3080,6 +3081,13 @@ def _overwrite(t: Tensor, values: np.ndarray, name: str) -> Tensor:
     return t
 
 
+def _refuse_random_in_trace(op: str) -> None:
+    rec = registry._recorder
+    if rec is not None and rec.thread == threading.get_ident():
+        rec.refuse(f"Tensor.{op} inside a compiled function would be a constant of the trace (the same numbers "
+                   "on every call); draw the random numbers outside the function and pass them in")
+
+
 def fill_(t: Tensor, value) -> Tensor:
     """Fill with ``value`` in place."""
     if isinstance(value, Tensor):
@@ -3103,12 +3111,14 @@ def copy_(t: Tensor, src, non_blocking: builtins.bool = False) -> Tensor:
 
 def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
     """Fill in place with samples of a normal distribution (from ``symgrad.manual_seed``'s generator)."""
+    _refuse_random_in_trace("normal_")
     rng = _device.generator_rng(generator)
     return _overwrite(t, rng.normal(mean, std, t._data.shape).astype(t._data.dtype), "normal_")
 
 
 def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None, **kwargs) -> Tensor:
     """Fill in place with samples of the uniform distribution on ``[a, b)`` (``from``/``to`` as keywords)."""
+    _refuse_random_in_trace("uniform_")
     a, b = kwargs.pop("from", a), kwargs.pop("to", b)
     if kwargs:
         raise TypeError(f"uniform_() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
