@@ -52,14 +52,17 @@ from .creation import (
 from .dtypes import bool_ as bool
 from .dtypes import (
     dtype,
+    finfo,
     float16,
     float32,
     float64,
     get_default_dtype,
+    iinfo,
     int8,
     int16,
     int32,
     int64,
+    promote_types,
     set_default_dtype,
     uint8,
 )

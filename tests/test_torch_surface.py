@@ -57,6 +57,9 @@ DIFFERENTIABLE = {
     "masked_fill": (lambda L, x: x.masked_fill(x > 0, 0.5), _distinct),
     "norm": (lambda L, x: x.norm(), _distinct),
     "norm_dim": (lambda L, x: L.norm(x, p=1, dim=1) + x.norm(dim=0).sum(), _distinct),
+    "chunk": (lambda L, x: L.chunk(x, 3, 1)[1] * x.chunk(3)[0][:, :2], _distinct),
+    "narrow": (lambda L, x: x.narrow(1, 1, 2) ** 2, _distinct),
+    "view_as": (lambda L, x: x.reshape(4, 3).view_as(x) * x, _distinct),
 }
 
 # The node names PyTorch gives these ops (checked against torch below when it names the same node).
@@ -158,6 +161,8 @@ VALUE_ONLY = {
     "round_half_even": lambda L, x: L.round(L.tensor([0.5, 1.5, 2.5, -0.5])),
     "cumsum_int": lambda L, x: L.cumsum((x * 10).long(), 0),
     "repeat_int": lambda L, x: L.arange(6).reshape(2, 3).repeat(2, 2),
+    "nonzero": lambda L, x: L.nonzero(x > 0),
+    "nonzero_method": lambda L, x: (x > 0.5).nonzero(),
 }
 
 
@@ -507,3 +512,25 @@ def test_missing_torch_names_say_why():
                          ("distributed", "no distributed"), ("jit", "symgrad.compile"), ("bfloat16", "float16")):
         with pytest.raises(AttributeError, match=needle):
             getattr(symgrad, name)
+
+
+def test_queries_match_torch():
+    for lib in (torch, symgrad):
+        x = lib.arange(10.0).reshape(2, 5)
+        assert lib.is_tensor(x) and not lib.is_tensor([1.0]) and lib.numel(x) == 10
+        assert x.stride() == (5, 1) and x.t().stride() == (1, 5) and x.stride(1) == 1
+        assert x.element_size() == 4 and x.nelement() == 10 and x.ndimension() == 2 and not x.is_pinned()
+        assert [c.shape[0] for c in lib.arange(6).chunk(4)] == [2, 2, 2]
+        assert [c.tolist() for c in lib.nonzero(lib.tensor([0, 3, 4]), as_tuple=True)] == [[1, 2]]
+    for name in ("float16", "float32", "float64"):
+        mine, theirs = symgrad.finfo(getattr(symgrad, name)), torch.finfo(getattr(torch, name))
+        assert (mine.bits, mine.eps, mine.max, mine.min, mine.tiny) == \
+            (theirs.bits, theirs.eps, theirs.max, theirs.min, theirs.tiny)
+    for name in ("uint8", "int8", "int16", "int32", "int64"):
+        mine, theirs = symgrad.iinfo(getattr(symgrad, name)), torch.iinfo(getattr(torch, name))
+        assert (mine.bits, mine.max, mine.min) == (theirs.bits, theirs.max, theirs.min)
+    names = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+    for a in names:
+        for b in names:
+            mine = symgrad.promote_types(getattr(symgrad, a), getattr(symgrad, b))
+            assert mine.name == str(torch.promote_types(getattr(torch, a), getattr(torch, b))).split(".")[1]

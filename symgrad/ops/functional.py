@@ -3159,3 +3159,61 @@ def new_factory(t: Tensor, kind: str, args: tuple, kwargs: dict) -> Tensor:
     if kind == "full":
         return creation.full(*args, **kwargs)
     return getattr(creation, kind)(*args, **kwargs)
+
+
+# --- torch surface: small queries and splits ------------------------------------------------
+
+def is_tensor(obj) -> builtins.bool:
+    """Whether ``obj`` is a symgrad Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input) -> builtins.int:
+    return as_tensor(input).numel()
+
+
+def is_floating_point(input) -> builtins.bool:
+    return as_tensor(input).is_floating_point()
+
+
+def result_type(tensor1, tensor2) -> _dt.dtype:
+    """The dtype an op on the two operands (tensors or Python numbers) gives, by PyTorch's promotion."""
+    return _dt.result_type(tensor1, tensor2)
+
+
+def narrow(input, dim: builtins.int, start: builtins.int, length: builtins.int) -> Tensor:
+    """The slice ``start:start+length`` along ``dim`` (a view, as in PyTorch)."""
+    t = as_tensor(input)
+    dim = _check_dim(dim, t.ndim, "narrow")
+    n = t.shape[dim]
+    start = start + n if start < 0 else start
+    if not (0 <= start and length >= 0 and start + length <= n):
+        raise IndexError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return slice_op(t, dim, start, start + length, 1)
+
+
+def chunk(input, chunks: builtins.int, dim: builtins.int = 0) -> tuple:
+    """Split into ``chunks`` pieces of ``ceil(size / chunks)`` along ``dim`` (the last may be smaller,
+    and there may be fewer pieces, as in PyTorch)."""
+    t = as_tensor(input)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    dim = _check_dim(dim, t.ndim, "chunk")
+    n = t.shape[dim]
+    step = -(-n // chunks) if n else 1
+    return tuple(slice_op(t, dim, s, builtins.min(s + step, n), 1) for s in range(0, builtins.max(n, 1), step)
+                 if s < n or n == 0)
+
+
+def nonzero(input, *, as_tuple: builtins.bool = False):
+    """Indices of the non-zero elements: an ``(n, ndim)`` int64 tensor, or one tensor per dim."""
+    t = as_tensor(input)
+    rec = registry._recorder
+    if rec is not None and rec.is_traced(t):
+        rec.refuse("nonzero inside a compiled function: its result's shape depends on the values; use a mask "
+                   "(torch.where) instead")
+    found = np.nonzero(t._data) if t.ndim else np.nonzero(t._data.reshape(1))
+    if as_tuple:
+        return tuple(Tensor._wrap(np.asarray(i, dtype=np.int64)) for i in found)
+    return Tensor._wrap(np.stack(found, axis=1).astype(np.int64) if t.ndim else
+                        np.zeros((len(found[0]), 0), dtype=np.int64))

@@ -87,6 +87,17 @@ METHODS.update({
     "new_tensor": lambda self, data, **kw: F.new_factory(self, "tensor", (data,), kw),
 })
 
+# torch surface: small queries and splits
+METHODS.update({
+    "chunk": F.chunk, "narrow": F.narrow, "nonzero": F.nonzero, "ndimension": lambda self: self.ndim,
+    "nelement": lambda self: self.numel(), "element_size": lambda self: self._data.itemsize,
+    "view_as": lambda self, other: F.reshape(self, tuple(other.shape)),
+    "reshape_as": lambda self, other: F.reshape(self, tuple(other.shape)),
+    "stride": lambda self, dim=None: (tuple(s // self._data.itemsize for s in self._data.strides) if dim is None
+                                      else self._data.strides[dim] // self._data.itemsize),
+    "is_pinned": lambda self: False,
+})
+
 PROPERTIES = {
     "T": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),
     "mT": lambda self: F.transpose(self, -2, -1),
