@@ -53,7 +53,7 @@ def test_shipped_facts_are_the_backends_former_lists():
                                                 "flip", "keep_last_writes",  # numpy surface: shape
                                                 # torch surface: selection and repetition
                                                 "gather", "value_selecting_reduction_backward", "repeat",
-                                                "repeat_backward"}
+                                                "repeat_backward", "masked_fill.Scalar"}
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {

@@ -308,6 +308,7 @@ SAMPLES = {
                                                      (U(r, 2, 4), 0, np.array([[2, 0, 1, 2], [0, 0, 0, 1]]), (3, 4))],
     "repeat": lambda r: [(U(r, 2, 3), (2, 1)), (U(r, 2, 3), (2, 1, 3)), (U(r, 3), (1, 1))],
     "repeat_backward": lambda r: [(U(r, 4, 3), (2, 1), (2, 3)), (U(r, 2, 2, 9), (2, 1, 3), (2, 3))],
+    "masked_fill.Scalar": lambda r: [(U(r, 3, 4), U(r, 3, 4) > 0, 0.5), (U(r, 3, 4), U(r, 4) > 0, -2.0)],
     # numpy surface: shape, assembly and indexing
     "flip": lambda r: [(U(r, 3, 4), (0,)), (U(r, 2, 3, 4), (0, 2)), (U(r, 3, 4), ())],
     # repeated positions on purpose: only the last write of each keeps its value and gradient
@@ -828,6 +829,7 @@ TORCH_EQUIVALENT = {
     "topk": lambda L, x, k, dim, largest, sorted: tuple(L.topk(x, k, dim, largest, sorted)),
     "gather": lambda L, x, dim, index: L.gather(x, dim, index),
     "repeat": lambda L, x, repeats: x.repeat(*repeats),
+    "masked_fill.Scalar": lambda L, x, mask, value: L.masked_fill(x, mask, value),
     # numpy surface: shape, assembly and indexing
     "flip": lambda L, x, dims: L.flip(x, dims),
     # numpy surface, elementwise family (torch has no cbrt; its trigamma is good to only ~1e-9, so

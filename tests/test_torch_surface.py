@@ -66,7 +66,7 @@ DIFFERENTIABLE = {
 NODE_NAMES = {"cumsum": "CumsumBackward0", "cumprod": "CumprodBackward0", "sort_values": "SortBackward0",
               "sort_stable": "SortBackward1", "topk_largest": "TopkBackward0", "flip": "FlipBackward0",
               "repeat": "RepeatBackward0", "gather": "GatherBackward0", "sum_axis": "SumBackward1",
-              "max_axis": "MaxBackward0"}
+              "max_axis": "MaxBackward0", "masked_fill": "MaskedFillBackward0"}
 
 
 def _inputs(lib, name, dtype_name, requires_grad=True):

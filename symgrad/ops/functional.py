@@ -3134,8 +3134,16 @@ def masked_fill(input, mask, value) -> Tensor:
     if isinstance(value, Tensor) and value.ndim != 0:
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.ndim} dimension(s).")
-    v = to(value, t.dtype) if isinstance(value, Tensor) else value
-    return where(m, v, t)
+    if isinstance(value, Tensor):
+        return where(m, to(value, t.dtype), t)
+    if not t.dtype.is_floating_point:   # the number takes the tensor's dtype (PyTorch does not promote here)
+        return where(m, Tensor._wrap(np.asarray(value).astype(t._data.dtype)), t)
+    return _call("masked_fill.Scalar", t, m, value)
+
+
+@forward("masked_fill.Scalar")
+def _masked_fill_fwd(self, mask, value):
+    return np.where(mask, np.asarray(value, dtype=self.dtype), self)
 
 
 def norm(input, p="fro", dim=None, keepdim: builtins.bool = False, dtype=None) -> Tensor:
