@@ -534,3 +534,11 @@ def test_queries_match_torch():
         for b in names:
             mine = symgrad.promote_types(getattr(symgrad, a), getattr(symgrad, b))
             assert mine.name == str(torch.promote_types(getattr(torch, a), getattr(torch, b))).split(".")[1]
+
+
+@pytest.mark.parametrize("call", [lambda L, x: L.max(x, 1), lambda L, x: x.min(dim=0), lambda L, x: L.topk(x, 1),
+                                  lambda L, x: x.sort(descending=True)])
+def test_named_results_print_as_torch(call):
+    mine = call(symgrad, symgrad.tensor([[1.0, 3.0], [4.0, 2.0]], requires_grad=True))
+    theirs = call(torch, torch.tensor([[1.0, 3.0], [4.0, 2.0]], requires_grad=True))
+    assert repr(mine).replace("symgrad.", "torch.") == repr(theirs)

@@ -567,6 +567,11 @@ class return_types:
         values = property(lambda self: self[0])
         indices = property(lambda self: self[1])
 
+        def __repr__(self) -> str:   # PyTorch's layout, so printed results read the same
+            return f"symgrad.return_types.{type(self).__name__}(\nvalues={self[0]!r},\nindices={self[1]!r})"
+
+        __str__ = __repr__
+
     class max(_ValuesIndices):
         pass
 
