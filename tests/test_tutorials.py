@@ -14,17 +14,24 @@ import pytest
 HERE = Path(__file__).parent / "tutorials"
 PROGRAMS = sorted(p.name for p in HERE.glob("*.py") if not p.name.startswith("_") and p.name != "conftest.py")
 
-# Programs that cannot run under symgrad yet, and what stops them. strict: one that starts to pass
-# fails here, so that the entry is removed.
+# Programs that cannot run under symgrad yet: the error they must stop on, and what provides it. The
+# test checks that each stops on exactly that error (then reports it as xfail); once the piece is
+# merged the error changes, the test fails, and the entry is removed.
 NN = "needs torch.nn / torch.optim (pending merge of the torch.nn + torch.optim work)"
 EXPECTED_TO_FAIL = {
-    "autograd_basics.py": "needs torch.nn.functional.binary_cross_entropy_with_logits (pending merge of the "
-                          "torch.nn.functional work)",
-    "learning_by_examples_nn.py": NN,
-    "learning_by_examples_optim.py": NN,
-    "docstring_grad_modes.py": "needs torch.nn.Parameter (pending merge of the torch.nn work)",
-    "mechanics_saved_tensor_hooks.py": "needs torch.autograd.graph.saved_tensors_hooks and "
-                                       "Node._raw_saved_self (pending merge of the autograd API extras)",
+    "autograd_basics.py": ("module 'symgrad' has no attribute 'nn'",
+                           "needs torch.nn.functional.binary_cross_entropy_with_logits (pending merge of the "
+                           "torch.nn.functional work)"),
+    "learning_by_examples_nn.py": ("module 'symgrad' has no attribute 'nn'", NN),
+    "learning_by_examples_optim.py": ("module 'symgrad' has no attribute 'nn'", NN),
+    "docstring_grad_modes.py": ("module 'symgrad' has no attribute 'nn'",
+                                "needs torch.nn.Parameter (pending merge of the torch.nn work)"),
+    "docstring_functional_jacobian.py": ("No module named 'symgrad.autograd.functional'",
+                                         "needs torch.autograd.functional (pending merge of the eager fallback + "
+                                         "torch.autograd.functional work, issue 19)"),
+    "mechanics_saved_tensor_hooks.py": ("module 'symgrad.autograd' has no attribute 'graph'",
+                                        "needs torch.autograd.graph.saved_tensors_hooks and Node._raw_saved_self "
+                                        "(pending merge of the autograd API extras)"),
 }
 # Programs real torch cannot run here either: compared for the error only.
 NOT_RUNNABLE_WITH_TORCH = {
@@ -63,17 +70,10 @@ def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, cwd=HERE, env=env)
 
 
-def _params():
-    for name in PROGRAMS:
-        marks = []
-        if name in EXPECTED_TO_FAIL:
-            marks.append(pytest.mark.xfail(strict=True, reason=EXPECTED_TO_FAIL[name]))
-        yield pytest.param(name, marks=marks, id=name[:-3])
-
-
-@pytest.mark.parametrize("program", list(_params()))
+@pytest.mark.parametrize("program", [p[:-3] for p in PROGRAMS])
 def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path):
     pytest.importorskip("torch")
+    program += ".py"
     draws = tmp_path / "draws.pkl"
     theirs = _run("torch", program, draws)
     if program in NOT_RUNNABLE_WITH_TORCH:
@@ -83,6 +83,11 @@ def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path)
         return
     assert theirs.returncode == 0, theirs.stderr[-2000:]
     mine = _run("symgrad", program, draws)
+    if program in EXPECTED_TO_FAIL:
+        needle, reason = EXPECTED_TO_FAIL[program]
+        last_line = mine.stderr.strip().splitlines()[-1] if mine.stderr.strip() else "(ran without error)"
+        assert mine.returncode != 0 and needle in last_line, f"expected to stop on {needle!r}, got: {last_line}"
+        pytest.xfail(reason)
     assert mine.returncode == 0, mine.stderr[-3000:]
     got, want = _normalise(mine.stdout), _normalise(theirs.stdout)
     assert len(got) == len(want), "\n".join(["symgrad printed:", *got, "torch printed:", *want])
