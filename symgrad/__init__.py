@@ -10,6 +10,21 @@ tensor([8.])
 """
 
 from . import autograd
+from . import creation as _creation
+from ._device import (
+    DeviceError,
+    Generator,
+    backends,
+    cuda,
+    default_generator,
+    device,
+    get_default_device,
+    get_rng_state,
+    initial_seed,
+    seed,
+    set_default_device,
+    set_rng_state,
+)
 from .autograd import (
     enable_grad,
     inference_mode,
@@ -20,8 +35,8 @@ from .autograd import (
 )
 from .creation import (
     arange,
-    as_tensor,
     empty,
+    empty_like,
     eye,
     from_numpy,
     full,
@@ -31,8 +46,12 @@ from .creation import (
     ones,
     ones_like,
     rand,
+    rand_like,
     randint,
     randn,
+    randn_like,
+    randperm,
+    strided,
     tensor,
     zeros,
     zeros_like,
@@ -40,14 +59,17 @@ from .creation import (
 from .dtypes import bool_ as bool
 from .dtypes import (
     dtype,
+    finfo,
     float16,
     float32,
     float64,
     get_default_dtype,
+    iinfo,
     int8,
     int16,
     int32,
     int64,
+    promote_types,
     set_default_dtype,
     uint8,
 )
@@ -58,13 +80,25 @@ from .ops.functional import *  # noqa: F403 - the public op functions
 from .ops.functional import slice_op as _slice_op
 from .tensor import Size, Tensor
 
+# the star import above brought functional's internal as_tensor: the public one is the factory's
+as_tensor = _creation.as_tensor
+
 float = float32
 double = float64
 half = float16
 long = int64
 int = int32
+short = int16
 
 _methods.attach()
+# torch.sin_(t), torch.relu_(t) ...: the in-place forms PyTorch also has as functions
+for _name in ("sin_", "cos_", "tan_", "exp_", "exp2_", "expm1_", "log_", "log1p_", "log2_", "log10_", "sqrt_",
+              "rsqrt_", "abs_", "neg_", "sign_", "sinh_", "cosh_", "tanh_", "atan_", "asin_", "acos_", "erf_",
+              "reciprocal_", "square_", "round_", "trunc_", "floor_", "ceil_", "frac_", "sigmoid_", "relu_",
+              "clamp_", "clamp_min_", "clamp_max_", "fill_", "zero_"):
+    if hasattr(Tensor, _name):
+        globals()[_name] = getattr(Tensor, _name)
+del _name
 
 # torch.nn and torch.optim need the tensor methods attached; symgrad.scipy.special does not import scipy
 from . import nn, optim, scipy  # noqa: E402, F401
@@ -89,7 +123,27 @@ def __getattr__(name):
             value = getattr(importlib.import_module(f"{__name__}.compiler.{module}"), name)
         globals()[name] = value
         return value
+    if name in _NOT_SUPPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}: {_NOT_SUPPORTED[name]} "
+                             "(see docs/torch.md)")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# PyTorch names symgrad deliberately lacks, with what to do instead (docs/torch.md lists them)
+_COMPLEX = "symgrad has no complex dtypes; compute with the real and imaginary parts as separate real tensors"
+_NOT_SUPPORTED = {
+    **dict.fromkeys(("complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf", "complex", "view_as_real",
+                     "view_as_complex", "polar"), _COMPLEX),
+    "bfloat16": "symgrad's floating dtypes are float16, float32 and float64 (numpy has no bfloat16)",
+    **dict.fromkeys(("sparse_coo", "sparse_csr", "sparse_csc", "sparse_coo_tensor", "sparse_csr_tensor", "sparse"),
+                    "symgrad has dense (strided) tensors only"),
+    "distributed": "symgrad has no distributed training; for many processes see symgrad.dask (docs/dask.md)",
+    **dict.fromkeys(("jit", "fx", "export", "onnx"), "symgrad has no TorchScript/FX/export; symgrad.compile traces "
+                    "a function to its own IR (docs/compiling.md)"),
+    **dict.fromkeys(("quantize_per_tensor", "quantization", "ao"), "symgrad has no quantized tensors"),
+    "mps": "symgrad runs on the CPU only",
+    "xpu": "symgrad runs on the CPU only",
+}
 
 
 def __dir__():

@@ -169,3 +169,54 @@ def result_type(*operands) -> dtype:
                     best = _BY_NUMPY[np.promote_types(best.np, d.np)]
             return best
     return _default if category == 2 else _CATEGORY_DEFAULT[category]
+
+
+class finfo:
+    """Limits of a floating dtype (``torch.finfo``): ``bits``, ``eps``, ``max``, ``min``, ``tiny``,
+    ``smallest_normal``, ``resolution``.
+
+    >>> finfo(float32).eps
+    1.1920928955078125e-07
+    """
+
+    def __init__(self, type=None) -> None:
+        d = _default if type is None else to_dtype(type)
+        if not d.is_floating_point:
+            raise TypeError(f"torch.finfo() requires a floating point input type, got {d.name}; use iinfo for "
+                            "integer types")
+        info = np.finfo(d.np)
+        self.bits, self.dtype = info.bits, d.name
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.tiny = self.smallest_normal = float(info.smallest_normal)
+        self.resolution = float(info.resolution)
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution}, min={self.min:g}, max={self.max:g}, eps={self.eps:g}, "
+                f"smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """Limits of an integer dtype (``torch.iinfo``): ``bits``, ``max``, ``min``.
+
+    >>> iinfo(uint8).max
+    255
+    """
+
+    def __init__(self, type) -> None:
+        d = to_dtype(type)
+        if d.is_floating_point or d is bool_:
+            raise TypeError(f"torch.iinfo() requires an integer input type, got {d.name}; use finfo for floating "
+                            "point types")
+        info = np.iinfo(d.np)
+        self.bits, self.max, self.min, self.dtype = info.bits, int(info.max), int(info.min), d.name
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
+def promote_types(type1, type2) -> dtype:
+    """The dtype PyTorch promotes two dtypes to (``promote_types(int8, uint8)`` is int16)."""
+    a, b = to_dtype(type1), to_dtype(type2)
+    if a._category != b._category:
+        return a if a._category > b._category else b
+    return _BY_NUMPY[np.promote_types(a.np, b.np)]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _device
 from . import dtypes as _dt
 from ._format import format_tensor
 from .autograd import engine as _engine
@@ -164,8 +165,74 @@ class Tensor:
         return self._data.shape[0]
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> _device.device:
+        return _device.CPU
+
+    is_cuda = False
+    is_sparse = False
+    is_quantized = False
+    is_meta = False
+    is_complex = staticmethod(lambda: False)
+
+    def get_device(self) -> int:
+        """-1: the tensor is on the CPU (PyTorch's answer for CPU tensors)."""
+        return -1
+
+    def cpu(self, memory_format=None) -> Tensor:
+        """This tensor (it is on the CPU already)."""
+        return self
+
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        raise _device.cpu_only_error("Tensor.cuda() (a CUDA device)")
+
+    def mps(self, *args, **kwargs) -> Tensor:
+        raise _device.cpu_only_error("Tensor.mps() (an MPS device)")
+
+    @property
+    def data(self) -> Tensor:
+        """The values without the autograd history: a tensor sharing this one's memory, not requiring grad.
+
+        Unlike :meth:`detach` it has its own version counter, so in-place changes through ``.data``
+        (``p.data -= lr * p.grad``) are not seen by autograd, as in PyTorch.
+        """
+        rec = _registry._recorder
+        if rec is not None and rec.is_traced(self):
+            # in a traced function, a graph value: shares the version counter so that the tracer sees
+            # in-place writes through it (a separate counter would hide them from the trace)
+            return self.detach()
+        return Tensor._wrap(self._data)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}")
+        rec = _registry._recorder
+        if rec is not None and (rec.is_traced(self) or rec.is_traced(value)):
+            rec.refuse("assigning Tensor.data inside a compiled function is not supported: the graph cannot "
+                       "rebind a tensor to other values; compute a new tensor instead")
+        if self.requires_grad and value._data.dtype != self._data.dtype:
+            raise RuntimeError(f"data set to a tensor that requires gradients must match its dtype: assigning "
+                               f"{value.dtype.name} data to a {self.dtype.name} tensor that requires grad")
+        self._data = value._data
+
+    _TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+                   "int64": "LongTensor", "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor",
+                   "uint8": "ByteTensor", "bool": "BoolTensor"}
+
+    def type(self, dtype=None, non_blocking: bool = False, **kwargs):
+        """With no argument, PyTorch's type name (``'torch.FloatTensor'``, so code comparing it runs
+        unchanged); with a dtype or such a name, the tensor converted to it."""
+        if dtype is None:
+            return "torch." + self._TYPE_NAMES[self._data.dtype.name]
+        if isinstance(dtype, str):
+            name = dtype.rsplit(".", 1)[-1]
+            by_type = {v: k for k, v in self._TYPE_NAMES.items()}
+            if dtype.startswith("torch.cuda."):
+                raise _device.cpu_only_error(f"the CUDA tensor type {dtype!r}")
+            if name not in by_type:
+                raise ValueError(f"invalid type: {dtype!r}")
+            dtype = by_type[name]
+        return self.to(dtype)
 
     def is_floating_point(self) -> bool:
         return self._data.dtype.kind == "f"

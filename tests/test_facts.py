@@ -51,7 +51,10 @@ def test_shipped_facts_are_the_backends_former_lists():
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
                                                 "where.self",
                                                 "flip", "keep_last_writes",  # numpy surface: shape
-                                                "_im2col", "_col2im", "_dropout_mask"}  # torch.nn.functional
+                                                "_im2col", "_col2im", "_dropout_mask",  # torch.nn.functional
+                                                # torch surface: selection and repetition
+                                                "gather", "value_selecting_reduction_backward", "repeat",
+                                                "repeat_backward", "masked_fill.Scalar"}
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {

@@ -299,6 +299,18 @@ SAMPLES = {
     "isnan": lambda r: [(np.array([1.0, np.nan, -2.0, np.inf]),), (U(r, 2, 3),)],
     "isinf": lambda r: [(np.array([1.0, np.nan, -np.inf, np.inf]),), (U(r, 2, 3),)],
     "isfinite": lambda r: [(np.array([1.0, np.nan, -np.inf, np.inf]),), (U(r, 2, 3),)],
+    # torch surface: sorting, selection and repetition (distinct values: the order is unambiguous)
+    "sort": lambda r: [(D(r, 3, 4), 1, False), (D(r, 3, 4), 0, True), (D(r, 5), -1, True)],
+    "sort.stable": lambda r: [(D(r, 3, 4), True, 1, False), (D(r, 2, 3, 4), False, -1, True)],
+    "topk": lambda r: [(D(r, 3, 5), 2, 1, True, True), (D(r, 4, 3), 3, 0, False, True), (D(r, 6), 1, -1, True, True)],
+    # repeated indices on purpose: their gradients add up
+    "gather": lambda r: [(U(r, 3, 4), 1, np.array([[0, 0, 3], [1, 2, 1], [3, 3, 3]])),
+                         (U(r, 3, 4), 0, np.array([[2, 0, 1, 2], [0, 0, 0, 1]]))],
+    "value_selecting_reduction_backward": lambda r: [(U(r, 3, 2), 1, np.array([[0, 3], [2, 1], [1, 1]]), (3, 4)),
+                                                     (U(r, 2, 4), 0, np.array([[2, 0, 1, 2], [0, 0, 0, 1]]), (3, 4))],
+    "repeat": lambda r: [(U(r, 2, 3), (2, 1)), (U(r, 2, 3), (2, 1, 3)), (U(r, 3), (1, 1))],
+    "repeat_backward": lambda r: [(U(r, 4, 3), (2, 1), (2, 3)), (U(r, 2, 2, 9), (2, 1, 3), (2, 3))],
+    "masked_fill.Scalar": lambda r: [(U(r, 3, 4), U(r, 3, 4) > 0, 0.5), (U(r, 3, 4), U(r, 4) > 0, -2.0)],
     # numpy surface: shape, assembly and indexing
     "flip": lambda r: [(U(r, 3, 4), (0,)), (U(r, 2, 3, 4), (0, 2)), (U(r, 3, 4), ())],
     # repeated positions on purpose: only the last write of each keeps its value and gradient
@@ -832,6 +844,14 @@ TORCH_EQUIVALENT = {
     "isnan": lambda L, x: L.isnan(x),
     "isinf": lambda L, x: L.isinf(x),
     "isfinite": lambda L, x: L.isfinite(x),
+    # torch surface: sorting, selection and repetition
+    "sort": lambda L, x, dim, descending: tuple(L.sort(x, dim, descending)),
+    "sort.stable": lambda L, x, stable, dim, descending: tuple(L.sort(x, stable=stable, dim=dim,
+                                                                     descending=descending)),
+    "topk": lambda L, x, k, dim, largest, sorted: tuple(L.topk(x, k, dim, largest, sorted)),
+    "gather": lambda L, x, dim, index: L.gather(x, dim, index),
+    "repeat": lambda L, x, repeats: x.repeat(*repeats),
+    "masked_fill.Scalar": lambda L, x, mask, value: L.masked_fill(x, mask, value),
     # numpy surface: shape, assembly and indexing
     "flip": lambda L, x, dims: L.flip(x, dims),
     # numpy surface, elementwise family (torch has no cbrt; its trigamma is good to only ~1e-9, so

@@ -15,9 +15,11 @@ from __future__ import annotations
 import builtins
 import math as _math
 import numbers
+import threading
 
 import numpy as np
 
+from .. import _device
 from .. import dtypes as _dt
 from ..autograd.grad_mode import ERR_INFERENCE_INPLACE, INFERENCE_COUNTER, STATE
 from ..rules.vocab import (
@@ -438,11 +440,14 @@ def _sum_fwd(self, dtype=None):
     if dtype is not None:   # summed in the requested dtype, as PyTorch does (not summed, then cast)
         return np.asarray(np.sum(self, dtype=dtype.np))
     # ufunc.reduce skips np.sum's Python dispatch layer (a few us per call on small tensors)
-    return _add_reduce(self, axis=None) if self.dtype.kind == "f" else np.sum(self)
+    # integers and bools sum in int64, as in PyTorch (numpy would pick uint64 for unsigned inputs)
+    return _add_reduce(self, axis=None) if self.dtype.kind == "f" else np.sum(self, dtype=np.int64)
 
 
 @forward("sum.dim_IntList")
 def _sum_dim_fwd(self, dim, keepdim=False, dtype=None):
+    if dtype is None and self.dtype.kind != "f":
+        return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim, dtype=np.int64)
     return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim,
                   dtype=None if dtype is None else dtype.np)
 
@@ -561,6 +566,11 @@ class return_types:
 
         values = property(lambda self: self[0])
         indices = property(lambda self: self[1])
+
+        def __repr__(self) -> str:   # PyTorch's layout, so printed results read the same
+            return f"symgrad.return_types.{type(self).__name__}(\nvalues={self[0]!r},\nindices={self[1]!r})"
+
+        __str__ = __repr__
 
     class max(_ValuesIndices):
         pass
@@ -748,15 +758,31 @@ def _to_copy_fwd(self, dtype=None):
     return self.astype(dtype.np) if dtype is not None else self.copy()
 
 
-def to(input, *args, dtype=None, copy: bool = False) -> Tensor:
-    """Convert to a dtype (ToCopyBackward0); a no-op when the dtype already matches."""
+def to(input, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False,
+       memory_format=None) -> Tensor:
+    """Convert to a dtype (ToCopyBackward0); a no-op when the dtype already matches.
+
+    Takes PyTorch's forms: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``;
+    the device must be the CPU.
+    """
+    flags = [a for a in args if isinstance(a, builtins.bool)]   # to(dtype, non_blocking, copy)
+    if len(flags) > 1:
+        copy = flags[1]
     for a in args:
-        if isinstance(a, (_dt.dtype, type, np.dtype)) or (isinstance(a, str) and a != "cpu"):
+        if isinstance(a, builtins.bool):
+            continue
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, _device.device) or (isinstance(a, str) and a.split(":")[0] in _device._KNOWN_TYPES):
+            device = a
+        elif isinstance(a, builtins.int):
+            device = a   # a device ordinal: refused below
+        elif a is not None:
             dtype = a
+    if device is not None:
+        _device.check_device(device, "Tensor.to() device")
     t = as_tensor(input)
-    if dtype is None:
-        return t
-    d = _dt.to_dtype(dtype)
+    d = t.dtype if dtype is None else _dt.to_dtype(dtype)
     if d.np == t._data.dtype and not copy:
         return t
     return _call("_to_copy", t, d)
@@ -973,7 +999,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
     d = _check_dim(dim, ts[0].ndim, "cat")
     ref = list(ts[0].shape)
     for k, x in enumerate(ts):
-        if x.ndim != len(ref) or any(x.shape[i] != ref[i] for i in range(len(ref)) if i != d):
+        if x.ndim != len(ref) or builtins.any(x.shape[i] != ref[i] for i in range(len(ref)) if i != d):
             raise RuntimeError(f"cat: sizes of tensors must match except in dimension {d}; tensor 0 has shape "
                                f"{ref} and tensor {k} has shape {list(x.shape)}")
     return _call("cat", ts, d)
@@ -1248,8 +1274,8 @@ def getitem(t: Tensor, idx) -> Tensor:
     """``t[idx]``: ints select, slices slice, None unsqueezes; arrays and masks gather (IndexBackward0)."""
     if not isinstance(idx, tuple):
         idx = (idx,)
-    if any(_is_advanced(i) for i in idx):
-        if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+    if builtins.any(_is_advanced(i) for i in idx):
+        if not is_numpy_face(t) and builtins.any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
                                         for i in idx):
             raise ValueError("step must be greater than zero")
         key = _index_key(idx if len(idx) > 1 else idx[0])
@@ -1344,7 +1370,7 @@ def _alias_for_inplace(t: Tensor, needs_old_value: bool) -> Tensor:
 def inplace(t: Tensor, fn, *args, name: str = "inplace") -> Tensor:
     """Run ``fn(t, *args)`` out of place and write the result back into ``t`` (``add_`` and friends)."""
     _check_inplace_leaf(t)
-    if not STATE.enabled or not (t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad
+    if not STATE.enabled or not (t.requires_grad or builtins.any(isinstance(a, Tensor) and a.requires_grad
                                                          for a in args)):
         # nothing to record: the op runs on t itself (no copy of the old value is needed)
         return _write_inplace(t, fn(_alias_for_inplace(t, False), *args), name)
@@ -1393,7 +1419,7 @@ def _copy_slices_fwd(self, src, indices):
 def setitem(t: Tensor, idx, value) -> None:
     """``t[idx] = value``; on a non-leaf this records a CopySlices node."""
     idx = _index_key(idx)
-    if not is_numpy_face(t) and any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
+    if not is_numpy_face(t) and builtins.any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
                                     for i in (idx if isinstance(idx, tuple) else (idx,))):
         raise ValueError("step must be greater than zero")  # PyTorch's refusal; numpy-face values write
     _check_inplace_leaf(t)
@@ -1409,7 +1435,7 @@ def setitem(t: Tensor, idx, value) -> None:
         _write_inplace(t, where(mask, v, _alias_for_inplace(t, False)), "setitem")
         return
     if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
-        advanced = any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
+        advanced = builtins.any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
             if is_numpy_face(t) and isinstance(v, Tensor):
                 v = _last_writes_only(t, idx, v)
@@ -1437,7 +1463,7 @@ def _last_writes_only(t: Tensor, idx, v: Tensor) -> Tensor:
     shape = np.empty(t.shape, dtype=np.bool_)[_index_arg(idx)].shape
     extra = v.ndim - len(shape)
     if extra > 0:
-        if any(d != 1 for d in v.shape[:extra]):
+        if builtins.any(d != 1 for d in v.shape[:extra]):
             return v  # does not fit: index_put raises numpy's broadcasting error
         v = reshape(v, tuple(v.shape[extra:]))  # numpy drops the leading 1s of such values
     return _call("keep_last_writes", expand(v, shape) if tuple(v.shape) != shape else v, tuple(t.shape), idx)
@@ -1448,7 +1474,7 @@ def _index_key(idx):
     if isinstance(idx, tuple):
         return tuple(_index_key(i) for i in idx)
     if isinstance(idx, list):
-        if any(isinstance(i, Tensor) for i in idx):
+        if builtins.any(isinstance(i, Tensor) for i in idx):
             return np.asarray([i.item() if isinstance(i, Tensor) else i for i in idx])
         return np.asarray(idx)
     return idx
@@ -1606,7 +1632,7 @@ def tile(input, dims) -> Tensor:
     """Repeat the whole tensor ``dims[i]`` times along each dimension (numpy's and torch's tile)."""
     t = as_tensor(input)
     reps = (int(dims),) if isinstance(dims, (int, np.integer)) else tuple(int(r) for r in dims)
-    if any(r < 0 for r in reps):
+    if builtins.any(r < 0 for r in reps):
         raise RuntimeError(f"tile: repeats {list(reps)} must be non-negative")
     nd = builtins.max(len(reps), t.ndim)
     reps = (1,) * (nd - len(reps)) + reps
@@ -1964,7 +1990,7 @@ def meshgrid(*tensors, indexing: str = "ij") -> tuple:
                                  else tensors)]
     if indexing not in ("ij", "xy"):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-    if any(x.ndim > 1 for x in ts):
+    if builtins.any(x.ndim > 1 for x in ts):
         raise RuntimeError("meshgrid: expects all tensors to be 0-d or 1-d")
     ts = [reshape(x, (-1,)) for x in ts]
     axes = list(range(len(ts)))
@@ -2173,24 +2199,7 @@ def argmin(input, dim=None, keepdim: bool = False) -> Tensor:
     return _call("argmin", t, None if dim is None else _check_dim(dim, t.ndim, "argmin"), bool(keepdim))
 
 
-def _gather_along(t: Tensor, indices: Tensor, dim: int) -> Tensor:
-    """``t`` at ``indices`` along ``dim`` (indices of ``t``'s shape): an advanced index, so the
-    gradient scatter-adds back (IndexBackward0)."""
-    key = tuple(indices if d == dim else np.arange(t.shape[d]).reshape([-1 if k == d else 1 for k in range(t.ndim)])
-                for d in range(t.ndim))
-    return _call("index.Tensor", t, key)
-
-
 return_types.sort = type("sort", (return_types._ValuesIndices,), {})
-
-
-def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False):
-    """``(values, indices)`` sorted along ``dim`` (stable); the gradient flows through the permutation."""
-    t = as_tensor(input)
-    indices = argsort(t, dim, descending)
-    if t.ndim == 0:
-        return return_types.sort(clone(t), indices)
-    return return_types.sort(_gather_along(t, indices, _check_dim(dim, t.ndim, "sort")), indices)
 
 
 @forward("bincount")
@@ -2864,3 +2873,386 @@ def linalg_pinv(A, rcond) -> Tensor:
 
 # the torch.nn.functional primitives, here so that the rule table's formulas find them by name
 from .nn_ops import _col2im, _dropout_mask, _im2col  # noqa: E402,F401
+
+# === torch surface: sorting, selection, repetition, tests of values ===
+# PyTorch's names, signatures and node names (SortBackward0, TopkBackward0, GatherBackward0,
+# RepeatBackward0) for ops the numpy surface also reaches through other routes.
+
+def _sort_fwd(self, dim=-1, descending=False):
+    if self.ndim == 0:
+        return self.copy(), np.zeros((), np.int64)
+    indices = _argsort_fwd(self, dim, descending)
+    return np.take_along_axis(self, indices, axis=dim), indices
+
+
+forward("sort")(_sort_fwd)
+
+
+@forward("sort.stable")
+def _sort_stable_fwd(self, stable=None, dim=-1, descending=False):
+    return _sort_fwd(self, dim, descending)
+
+
+@forward("topk")
+def _topk_fwd(self, k, dim=-1, largest=True, sorted=True):
+    if self.ndim == 0:
+        if k > 1:
+            raise RuntimeError("selected index k out of range")
+        return self.copy(), np.zeros((), np.int64)
+    n = self.shape[dim]
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk(): selected index k={k} out of range for dimension {dim} of size {n}")
+    order = _argsort_fwd(self, dim, largest)   # stable: among equal values the first position wins
+    indices = np.take(order, np.arange(k), axis=dim)
+    return np.take_along_axis(self, indices, axis=dim), indices
+
+
+def _along_key(indices: np.ndarray, dim: int) -> tuple:
+    """The advanced index that reads positions ``indices`` along ``dim`` (other dims: their own position)."""
+    dim = dim % indices.ndim
+    return tuple(indices if d == dim else np.arange(n).reshape([-1 if k == d else 1 for k in range(indices.ndim)])
+                 for d, n in enumerate(indices.shape))
+
+
+@forward("gather")
+def _gather_fwd(self, dim, index):
+    if self.ndim == 0:
+        return self.reshape(1)[index.reshape(-1)].reshape(index.shape)
+    if index.ndim != self.ndim:
+        raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
+                           f"({index.ndim} vs {self.ndim})")
+    for d in range(self.ndim):
+        if d != dim and index.shape[d] > self.shape[d]:
+            raise RuntimeError(f"gather(): Size does not match at dimension {d} expected index {list(index.shape)} "
+                               f"to be smaller than self {list(self.shape)} apart from dimension {dim}")
+    if index.size and (index.min() < -self.shape[dim] or index.max() >= self.shape[dim]):
+        raise RuntimeError(f"gather(): index out of bounds for dimension {dim} with size {self.shape[dim]}")
+    return self[_along_key(index, dim)]
+
+
+@forward("value_selecting_reduction_backward")
+def _value_selecting_backward_fwd(grad, dim, indices, sizes):
+    out = np.zeros(tuple(sizes), dtype=grad.dtype)
+    if len(sizes) == 0:
+        out[...] = grad.sum()
+        return out
+    np.add.at(out, _along_key(indices, dim), np.broadcast_to(grad, indices.shape))
+    return out
+
+
+def value_selecting_reduction_backward(grad, dim: int, indices, sizes) -> Tensor:
+    """Scatter-add ``grad`` into zeros of shape ``sizes`` at ``indices`` along ``dim``: the gradient of
+    every op that picks values by position (sort, topk, gather)."""
+    return _call("value_selecting_reduction_backward", as_tensor(grad), dim, as_tensor(indices), tuple(sizes))
+
+
+return_types.topk = type("topk", (return_types._ValuesIndices,), {})
+
+
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool | None = None):
+    """``(values, indices)`` sorted along ``dim`` (SortBackward0; SortBackward1 with ``stable=``); the sort
+    is always stable, ties keep their order."""
+    t = as_tensor(input)
+    dim = _check_dim(dim, t.ndim, "sort")
+    if stable is None:
+        values, indices = _call("sort", t, dim, bool(descending))
+    else:
+        values, indices = _call("sort.stable", t, bool(stable), dim, bool(descending))
+    return return_types.sort(values, indices)
+
+
+def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """The ``k`` largest (or smallest) values along ``dim`` and their indices (TopkBackward0)."""
+    t = as_tensor(input)
+    values, indices = _call("topk", t, int(k), _check_dim(dim, t.ndim, "topk"), bool(largest), bool(sorted))
+    return return_types.topk(values, indices)
+
+
+def gather(input, dim: int, index, *, sparse_grad: bool = False) -> Tensor:
+    """``out[i][j] = input[index[i][j]][j]`` for ``dim=0`` (and so on): values at ``index`` along ``dim``
+    (GatherBackward0)."""
+    t = as_tensor(input)
+    idx = as_tensor(index)
+    if idx.dtype is not _dt.int64:
+        raise RuntimeError(f"gather(): Expected dtype int64 for index, got {idx.dtype.name}")
+    return _call("gather", t, _check_dim(dim, t.ndim, "gather"), idx)
+
+
+@forward("repeat")
+def _repeat_fwd(self, repeats):
+    if len(repeats) < self.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor")
+    return np.tile(self, tuple(repeats))
+
+
+@forward("repeat_backward")
+def _repeat_backward_fwd(grad, repeats, input_shape):
+    shape = (1,) * (len(repeats) - len(input_shape)) + tuple(input_shape)
+    # (r0*s0, r1*s1) -> (r0, s0, r1, s1): the copies of each element sit along the even axes
+    split = grad.reshape(tuple(x for r, s in zip(repeats, shape) for x in (r, s)))
+    return split.sum(axis=tuple(range(0, 2 * len(shape), 2))).reshape(tuple(input_shape))
+
+
+def repeat(input, *repeats) -> Tensor:
+    """The tensor tiled ``repeats[i]`` times along each dimension (RepeatBackward0); ``len(repeats)`` may
+    exceed the tensor's dimensions (new leading ones)."""
+    t = as_tensor(input)
+    return _call("repeat", t, _size_arg(repeats))
+
+
+def repeat_backward(grad, repeats, input_shape) -> Tensor:
+    """The sum of the copies ``repeat`` made: its gradient."""
+    return _call("repeat_backward", as_tensor(grad), tuple(repeats), tuple(input_shape))
+
+
+def _reduce_dims(t: Tensor, dim, op: str):
+    if dim is None:
+        return None
+    return _dims_arg(dim, t.ndim, op)
+
+
+def any(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Whether any element (along ``dim``) is non-zero: a bool tensor (uint8 for uint8 input, as in PyTorch)."""
+    t = as_tensor(input)
+    nonzero = t if t.dtype is _dt.bool_ else ne(t, 0)
+    dims = _reduce_dims(t, dim, "any")
+    count = sum(nonzero) if dims is None and not keepdim else sum(nonzero, dims, keepdim)
+    out = gt(count, 0)
+    return to(out, _dt.uint8) if t.dtype is _dt.uint8 else out
+
+
+def all(input, dim=None, keepdim: bool = False) -> Tensor:
+    """Whether every element (along ``dim``) is non-zero: a bool tensor (uint8 for uint8 input)."""
+    t = as_tensor(input)
+    zero = logical_not(t) if t.dtype is _dt.bool_ else eq(t, 0)
+    dims = _reduce_dims(t, dim, "all")
+    count = sum(zero) if dims is None and not keepdim else sum(zero, dims, keepdim)
+    out = eq(count, 0)
+    return to(out, _dt.uint8) if t.dtype is _dt.uint8 else out
+
+
+def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """``|input - other| <= atol + rtol * |other|`` elementwise, equal infinities close (bool)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"{a.dtype.name} did not match {b.dtype.name}")
+    if rtol < 0 or atol < 0:
+        raise RuntimeError(f"rtol and atol must be non-negative, got rtol={rtol} and atol={atol}")
+    if a.dtype is _dt.bool_:
+        return eq(a, b)
+    close = logical_or(eq(a, b), le(abs(sub(a, b)), atol + rtol * abs(b)))
+    if a.dtype.is_floating_point:
+        # an infinity is close only to itself (inf - inf is nan; inf <= inf would pass the bound)
+        close = logical_and(close, logical_or(eq(a, b), logical_and(isfinite(a), isfinite(b))))
+        if equal_nan:
+            close = logical_or(close, logical_and(isnan(a), isnan(b)))
+    return close
+
+
+def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> builtins.bool:
+    """Whether :func:`isclose` holds everywhere (a Python bool)."""
+    return builtins.bool(all(isclose(input, other, rtol, atol, equal_nan)).item())
+
+
+def equal(input, other) -> builtins.bool:
+    """Whether the two tensors have the same shape and the same values (a Python bool)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.shape != b.shape:
+        return False
+    return builtins.bool(all(eq(a, b)).item())
+
+
+# --- numpy's keyword names ------------------------------------------------------------------
+# PyTorch's argument parser accepts numpy's spellings `axis=` for `dim=` and `keepdims=` for
+# `keepdim=` on every function and method; these take them too.
+
+def _accept_numpy_keywords(fn):
+    def wrapper(*args, **kwargs):
+        if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
+            for numpy_name, torch_name in (("axis", "dim"), ("keepdims", "keepdim")):
+                if numpy_name in kwargs:
+                    if torch_name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {torch_name}= and its alias {numpy_name}=")
+                    kwargs[torch_name] = kwargs.pop(numpy_name)
+        return fn(*args, **kwargs)
+
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+NUMPY_KEYWORD_FUNCTIONS = ("sum", "mean", "prod", "max", "min", "amax", "amin", "var", "std", "logsumexp",
+                           "argmax", "argmin", "all", "any", "cumsum", "cumprod", "softmax", "log_softmax", "sort",
+                           "argsort", "topk", "nansum", "nanmean", "squeeze", "unsqueeze", "cat", "stack",
+                           "count_nonzero", "diff", "gather", "unbind", "select", "take_along_dim")
+for _name in NUMPY_KEYWORD_FUNCTIONS:
+    globals()[_name] = _accept_numpy_keywords(globals()[_name])
+del _name
+
+
+# --- torch surface: fills, copies and factories from a tensor ------------------------------
+
+def _records_inplace(t: Tensor, *others) -> builtins.bool:
+    _check_inplace_leaf(t)
+    return STATE.enabled and (t.requires_grad or builtins.any(isinstance(o, Tensor) and o.requires_grad
+                                                              for o in others))
+
+
+def _overwrite(t: Tensor, values: np.ndarray, name: str) -> Tensor:
+    """Replace ``t``'s values in place with new constants (no gradient flows to the old values)."""
+    if registry._recorder is not None and registry._recorder.is_traced(t):
+        registry._recorder.refuse(f"Tensor.{name} on a traced value is not supported in a compiled function; "
+                                  "make the new values outside the function and pass them in")
+    if _records_inplace(t):
+        # a non-leaf in a graph: its new values do not depend on the old ones
+        return inplace(t, lambda x: add(_call("zero_", x), Tensor._wrap(values)), name=name)
+    t._data[...] = values
+    t._version_counter.value += 1
+    return t
+
+
+def _refuse_random_in_trace(op: str) -> None:
+    rec = registry._recorder
+    if rec is not None and rec.thread == threading.get_ident():
+        rec.refuse(f"Tensor.{op} inside a compiled function would be a constant of the trace (the same numbers "
+                   "on every call); draw the random numbers outside the function and pass them in")
+
+
+def fill_(t: Tensor, value) -> Tensor:
+    """Fill with ``value`` in place."""
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                               "dimensions.")
+        value = value.item()
+    return _overwrite(t, np.full(t._data.shape, value, dtype=t._data.dtype), "fill_")
+
+
+def copy_(t: Tensor, src, non_blocking: builtins.bool = False) -> Tensor:
+    """Copy ``src`` (broadcast, cast to this dtype) into this tensor in place; the gradient reaches ``src``."""
+    s = as_tensor(src)
+    if _records_inplace(t, s) or (registry._recorder is not None and
+                                  (registry._recorder.is_traced(t) or registry._recorder.is_traced(s))):
+        return inplace(t, lambda x, v: add(_call("zero_", x), to(v, x.dtype)), s, name="copy_")
+    np.copyto(t._data, np.broadcast_to(s._data, t._data.shape), casting="unsafe")
+    t._version_counter.value += 1
+    return t
+
+
+def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
+    """Fill in place with samples of a normal distribution (from ``symgrad.manual_seed``'s generator)."""
+    _refuse_random_in_trace("normal_")
+    rng = _device.generator_rng(generator)
+    return _overwrite(t, rng.normal(mean, std, t._data.shape).astype(t._data.dtype), "normal_")
+
+
+def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None, **kwargs) -> Tensor:
+    """Fill in place with samples of the uniform distribution on ``[a, b)`` (``from``/``to`` as keywords)."""
+    _refuse_random_in_trace("uniform_")
+    a, b = kwargs.pop("from", a), kwargs.pop("to", b)
+    if kwargs:
+        raise TypeError(f"uniform_() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+    rng = _device.generator_rng(generator)
+    return _overwrite(t, rng.uniform(a, b, t._data.shape).astype(t._data.dtype), "uniform_")
+
+
+def masked_fill(input, mask, value) -> Tensor:
+    """``value`` where ``mask`` is True, ``input`` elsewhere (the gradient reaches the kept entries)."""
+    t, m = as_tensor(input), as_tensor(mask)
+    if m.dtype is not _dt.bool_:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {m.dtype.name}")
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.ndim} dimension(s).")
+    if isinstance(value, Tensor):
+        return where(m, to(value, t.dtype), t)
+    if not t.dtype.is_floating_point:   # the number takes the tensor's dtype (PyTorch does not promote here)
+        return where(m, Tensor._wrap(np.asarray(value).astype(t._data.dtype)), t)
+    return _call("masked_fill.Scalar", t, m, value)
+
+
+@forward("masked_fill.Scalar")
+def _masked_fill_fwd(self, mask, value):
+    return np.where(mask, np.asarray(value, dtype=self.dtype), self)
+
+
+def norm(input, p="fro", dim=None, keepdim: builtins.bool = False, dtype=None) -> Tensor:
+    """The vector ``p``-norm over ``dim`` (all elements by default); ``"fro"`` is the 2-norm."""
+    t = as_tensor(input) if dtype is None else to(input, dtype)
+    if p == "fro":
+        p = 2
+    if isinstance(p, str):
+        raise RuntimeError(f"norm: p={p!r} is not supported; use symgrad.linalg.matrix_norm for matrix norms")
+    return linalg_vector_norm(t, p, dim, keepdim)
+
+
+def new_factory(t: Tensor, kind: str, args: tuple, kwargs: dict) -> Tensor:
+    """``t.new_zeros(size)`` and friends: a new tensor with ``t``'s dtype unless ``dtype=`` is given."""
+    from .. import creation
+
+    kwargs = dict(kwargs)
+    kwargs.setdefault("dtype", t.dtype)
+    if kind == "tensor":
+        return creation.tensor(args[0], **kwargs)
+    if kind == "full":
+        return creation.full(*args, **kwargs)
+    return getattr(creation, kind)(*args, **kwargs)
+
+
+# --- torch surface: small queries and splits ------------------------------------------------
+
+def is_tensor(obj) -> builtins.bool:
+    """Whether ``obj`` is a symgrad Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input) -> builtins.int:
+    return as_tensor(input).numel()
+
+
+def is_floating_point(input) -> builtins.bool:
+    return as_tensor(input).is_floating_point()
+
+
+def result_type(tensor1, tensor2) -> _dt.dtype:
+    """The dtype an op on the two operands (tensors or Python numbers) gives, by PyTorch's promotion."""
+    return _dt.result_type(tensor1, tensor2)
+
+
+def narrow(input, dim: builtins.int, start: builtins.int, length: builtins.int) -> Tensor:
+    """The slice ``start:start+length`` along ``dim`` (a view, as in PyTorch)."""
+    t = as_tensor(input)
+    dim = _check_dim(dim, t.ndim, "narrow")
+    n = t.shape[dim]
+    start = start + n if start < 0 else start
+    if not (0 <= start and length >= 0 and start + length <= n):
+        raise IndexError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return slice_op(t, dim, start, start + length, 1)
+
+
+def chunk(input, chunks: builtins.int, dim: builtins.int = 0) -> tuple:
+    """Split into ``chunks`` pieces of ``ceil(size / chunks)`` along ``dim`` (the last may be smaller,
+    and there may be fewer pieces, as in PyTorch)."""
+    t = as_tensor(input)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    dim = _check_dim(dim, t.ndim, "chunk")
+    n = t.shape[dim]
+    step = -(-n // chunks) if n else 1
+    return tuple(slice_op(t, dim, s, builtins.min(s + step, n), 1) for s in range(0, builtins.max(n, 1), step)
+                 if s < n or n == 0)
+
+
+def nonzero(input, *, as_tuple: builtins.bool = False):
+    """Indices of the non-zero elements: an ``(n, ndim)`` int64 tensor, or one tensor per dim."""
+    t = as_tensor(input)
+    rec = registry._recorder
+    if rec is not None and rec.is_traced(t):
+        rec.refuse("nonzero inside a compiled function: its result's shape depends on the values; use a mask "
+                   "(torch.where) instead")
+    found = np.nonzero(t._data) if t.ndim else np.nonzero(t._data.reshape(1))
+    if as_tuple:
+        return tuple(Tensor._wrap(np.asarray(i, dtype=np.int64)) for i in found)
+    return Tensor._wrap(np.stack(found, axis=1).astype(np.int64) if t.ndim else
+                        np.zeros((len(found[0]), 0), dtype=np.int64))

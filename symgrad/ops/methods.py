@@ -73,6 +73,31 @@ METHODS.update({
     "take_along_dim": F.take_along_dim, "movedim": F.movedim, "moveaxis": F.movedim,
 })
 
+# torch surface: tests of values, sorting, selection and repetition
+METHODS.update({
+    "all": F.all, "any": F.any, "repeat": F.repeat, "topk": F.topk, "sort": F.sort, "argsort": F.argsort,
+    "argmax": F.argmax, "argmin": F.argmin, "cumsum": F.cumsum, "cumprod": F.cumprod, "isnan": F.isnan,
+    "isinf": F.isinf, "isfinite": F.isfinite, "isclose": F.isclose, "allclose": F.allclose, "equal": F.equal,
+    "round": F.round, "gather": F.gather, "nansum": F.nansum, "nanmean": F.nanmean,
+    "masked_fill": F.masked_fill, "norm": F.norm,
+    "new_zeros": lambda self, *size, **kw: F.new_factory(self, "zeros", size, kw),
+    "new_ones": lambda self, *size, **kw: F.new_factory(self, "ones", size, kw),
+    "new_empty": lambda self, *size, **kw: F.new_factory(self, "empty", size, kw),
+    "new_full": lambda self, size, fill_value, **kw: F.new_factory(self, "full", (size, fill_value), kw),
+    "new_tensor": lambda self, data, **kw: F.new_factory(self, "tensor", (data,), kw),
+})
+
+# torch surface: small queries and splits
+METHODS.update({
+    "chunk": F.chunk, "narrow": F.narrow, "nonzero": F.nonzero, "ndimension": lambda self: self.ndim,
+    "nelement": lambda self: self.numel(), "element_size": lambda self: self._data.itemsize,
+    "view_as": lambda self, other: F.reshape(self, tuple(other.shape)),
+    "reshape_as": lambda self, other: F.reshape(self, tuple(other.shape)),
+    "stride": lambda self, dim=None: (tuple(s // self._data.itemsize for s in self._data.strides) if dim is None
+                                      else self._data.strides[dim] // self._data.itemsize),
+    "is_pinned": lambda self: False,
+})
+
 PROPERTIES = {
     "T": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),
     "mT": lambda self: F.transpose(self, -2, -1),
@@ -80,7 +105,18 @@ PROPERTIES = {
 
 INPLACE = {"add_": F.add, "sub_": F.sub, "mul_": F.mul, "div_": F.div, "pow_": F.pow, "neg_": F.neg,
            "clamp_": F.clamp, "clamp_min_": F.clamp_min, "clamp_max_": F.clamp_max, "relu_": F.relu,
-           "exp_": F.exp, "sigmoid_": F.sigmoid, "tanh_": F.tanh}
+           "exp_": F.exp, "sigmoid_": F.sigmoid, "tanh_": F.tanh,
+           # torch surface: the in-place forms of the elementwise functions
+           "cos_": F.cos, "sin_": F.sin, "tan_": F.tan, "log_": F.log, "log1p_": F.log1p, "log2_": F.log2,
+           "expm1_": F.expm1, "exp2_": F.exp2, "sqrt_": F.sqrt, "rsqrt_": F.rsqrt, "abs_": F.abs, "sign_": F.sign,
+           "sinh_": F.sinh, "cosh_": F.cosh, "atan_": F.atan, "erf_": F.erf, "reciprocal_": F.reciprocal,
+           "square_": F.square, "round_": F.round, "trunc_": F.trunc, "floor_divide_": F.floor_divide,
+           "remainder_": F.remainder, "fmod_": F.fmod, "masked_fill_": F.masked_fill}
+for _name in ("asin", "acos", "asinh", "acosh", "atanh", "floor", "ceil", "log10", "frac", "lerp", "hypot",
+              "atan2", "maximum", "minimum"):
+    if hasattr(F, _name):
+        INPLACE[_name + "_"] = getattr(F, _name)
+del _name
 AUGMENTED = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
              "__ipow__": "pow_"}
 
@@ -98,6 +134,10 @@ def attach(extra_methods: dict | None = None, extra_inplace: dict | None = None)
     for name, fn in PROPERTIES.items():
         setattr(Tensor, name, property(fn))
     Tensor.zero_ = F.zero_
+    Tensor.fill_ = F.fill_
+    Tensor.copy_ = F.copy_
+    Tensor.normal_ = F.normal_
+    Tensor.uniform_ = F.uniform_
     Tensor.__hash__ = lambda self: id(self)
     from . import numpy_dispatch  # NEP 13/18: numpy code on tensors records the graph
     numpy_dispatch.install(Tensor)

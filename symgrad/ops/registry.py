@@ -417,6 +417,7 @@ def _generate(op: OpDef, entry: str):
            "asarray": np.asarray, "fix": _fix_dtype, "check_float": _check_float, "new": _new,
            "STATE": STATE, "SavedVariable": SavedVariable, "anomaly_state": _anomaly_state,
            "format_stack": traceback.format_stack, "reg": sys.modules[__name__], "shape_error": _shape_error,
+           "wide_ints": _with_wide_ints,
            "to_float": _to_default_float, "INFERENCE_VC": INFERENCE_COUNTER, "pack_saved": pack_saved}
 
     if entry == "call":
@@ -504,7 +505,8 @@ def _generate(op: OpDef, entry: str):
         lines += ["    datas = list(args)"] + [f"    datas[{i}] = d{i}" for i in inputs]
         call = "*datas"
     lines += ["    try:", f"        out = forward({call})", "    except ValueError as exc:",
-              "        raise shape_error(op, args, exc) from None"]
+              "        raise shape_error(op, args, exc) from None",
+              "    except OverflowError:", f"        out = wide_ints(forward, {call})"]
 
     # apply() adds a frame of its own; for ops outside the simple class the trace also leaves out
     # the public function that called apply()
@@ -709,6 +711,13 @@ def _record_lines(op: OpDef, ref: Callable[[int], str], out: str, indent: str, g
     glb.update(cls=op.node_class, seq=_sequence.__next__, acc=_acc, edge=gradient_edge, NO_EDGE=(None, 0),
                edge_meta=_edge_meta, shape=shape, list_shape=list_shape, numel=numel, dtype_of=dtype_of)
     return [indent + line for line in lines]
+
+
+def _with_wide_ints(forward, *args):
+    """Run ``forward`` again with its Python ints as int64 scalars: numpy refuses a Python int outside a
+    small integer dtype's range (``uint8 tensor + 1000``), where PyTorch wraps it into the tensor's dtype.
+    The int64 result is cast back to the tensor's dtype afterwards, which wraps as PyTorch does."""
+    return forward(*(np.int64(a) if a.__class__ is int else a for a in args))
 
 
 def _shape_error(op: OpDef, args: tuple, exc: Exception) -> Exception:

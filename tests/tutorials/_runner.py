@@ -1,0 +1,86 @@
+"""Run one tutorial program with real torch (``torch`` mode) or with symgrad answering ``import torch``
+(``symgrad`` mode); used by tests/test_tutorials.py in a subprocess.
+
+    python _runner.py torch PROGRAM DRAWS     # records the tensors torch's random factories returned
+    python _runner.py symgrad PROGRAM DRAWS   # symgrad's random factories return those values
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import pickle
+import runpy
+import sys
+
+import numpy as np
+
+RANDOM_FACTORIES = ("rand", "randn", "randint", "rand_like", "randn_like", "randperm")
+
+
+class _TorchIsSymgrad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import torch`` / ``import torch.X`` give ``symgrad`` / ``symgrad.X`` (the program is not edited)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module("symgrad" + spec.name[len("torch"):])
+
+    def exec_module(self, module):
+        pass
+
+
+def _recording(module, draws):
+    for name in RANDOM_FACTORIES:
+        original = getattr(module, name)
+
+        def wrapper(*args, __original=original, **kwargs):
+            out = __original(*args, **kwargs)
+            draws.append(out.detach().numpy().copy())
+            return out
+
+        setattr(module, name, wrapper)
+
+
+def _replaying(module, draws):
+    for name in RANDOM_FACTORIES:
+        original = getattr(module, name)
+
+        def wrapper(*args, __original=original, __name=name, **kwargs):
+            out = __original(*args, **kwargs)
+            recorded = draws.pop(0)
+            if recorded.shape != tuple(out.shape):
+                raise AssertionError(f"{__name}: torch drew shape {recorded.shape}, symgrad {tuple(out.shape)}")
+            out._data[...] = recorded.astype(out._data.dtype)
+            return out
+
+        setattr(module, name, wrapper)
+
+
+def main(mode: str, program: str, draws_path: str) -> None:
+    if mode == "torch":
+        import torch
+
+        draws: list = []
+        _recording(torch, draws)
+        try:
+            runpy.run_path(program, run_name="__main__")
+        finally:
+            with open(draws_path, "wb") as f:
+                pickle.dump(draws, f)
+    else:
+        sys.meta_path.insert(0, _TorchIsSymgrad())
+        import symgrad
+
+        with open(draws_path, "rb") as f:
+            draws = pickle.load(f)
+        _replaying(symgrad, draws)
+        runpy.run_path(program, run_name="__main__")
+    sys.stdout.flush()
+    np.seterr(all="ignore")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
