@@ -175,7 +175,7 @@ def test_hvp_inside_a_compiled_function_is_not_a_constant():
 def test_transform_compiles_once_per_structure_and_reuses_the_kernels():
     f = lambda x: (symgrad.exp(x) * x).sum()
     stage = transforms._cached_stage(transforms._HVP_STAGES, f, None,
-                                     lambda: transforms._Staged(transforms._hvp_impl(f), f, "hvp"))
+                                     lambda call: transforms._Staged(transforms._hvp_impl(call), call, "hvp"))
     for _ in range(3):
         x = RNG.standard_normal(5)
         np.testing.assert_allclose(symgrad.hvp(f, (x,), (np.ones(5),))[0], np.exp(x) * (x + 2), rtol=1e-12)
@@ -183,6 +183,22 @@ def test_transform_compiles_once_per_structure_and_reuses_the_kernels():
     stats = cf.stats()
     assert stats["calls"] == 3 and stats["traces"] == 1 and stats["guard_hits"] == 2
     assert len(cf.kernels_for(x, np.ones(5), wrt=()).graph.nodes) > 0
+    # the cache does not keep the function (nor its kernels) alive
+    import gc
+    import weakref
+
+    gone = weakref.ref(f)
+    del f, stage, cf
+    gc.collect()
+    assert gone() is None
+
+
+def test_vjp_fn_keeps_a_temporary_function_alive():
+    import gc
+
+    _, pull = symgrad.vjp(lambda x: symgrad.exp(x) * 2.0, np.array([0.0, 1.0]))
+    gc.collect()
+    np.testing.assert_allclose(pull(np.ones(2))[0], 2 * np.exp([0.0, 1.0]))
 
 
 def test_eager_tensors_requiring_grad_give_differentiable_results():
@@ -331,3 +347,19 @@ def test_integer_inputs_and_outputs_are_refused():
         symgrad.grad(lambda x: ((x ** 2).sum(), x))(symgrad.tensor([1.0]))
     with pytest.raises(TypeError, match="must return a pair"):
         symgrad.grad(lambda x: (x ** 2).sum(), has_aux=True)(np.ones(2))
+
+
+# --- the user guide ---------------------------------------------------------------------------------
+def test_docs_examples_run():
+    """Every python block of docs/transforms.md runs, in order, in one namespace (they assert their results)."""
+    import re
+    from pathlib import Path
+
+    pytest.importorskip("scipy")
+    docs = Path(__file__).resolve().parent.parent / "docs" / "transforms.md"
+    blocks = re.findall(r"```python\n(.*?)```", docs.read_text(), re.S)
+    assert len(blocks) >= 4
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, str(docs), "exec"), ns)
+    assert ns["res"].fun < 0.1 * ns["fun"](ns["flat0"])[0]

@@ -33,6 +33,7 @@ array(12.)
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 import weakref
 from collections.abc import Callable, Sequence
@@ -444,24 +445,13 @@ _VJP_STAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _vjp_stages(fn: Callable, has_aux: bool):
     """The compiled forward and the compiled pullback of ``fn`` (made once per function)."""
-    try:
-        cached = _VJP_STAGES.get(fn, {}).get(has_aux)
-    except TypeError:   # not weakly referenceable
-        cached = None
-    if cached is not None:
-        return cached
-    base = fn.fn if isinstance(fn, CompiledFunction) else fn
-    forward = _Staged(lambda *primals: base(*primals), fn, "vjp")
+    def make(call):
+        def pullback(primals, cotangents):
+            return _vjp_recorded(call, tuple(primals), has_aux)[1](cotangents)
 
-    def pullback(primals, cotangents):
-        return _vjp_recorded(base, tuple(primals), has_aux)[1](cotangents)
+        return _Staged(lambda *primals: call(*primals), fn, "vjp"), _Staged(pullback, fn, "vjp_fn")
 
-    stages = (forward, _Staged(pullback, fn, "vjp_fn"))
-    try:
-        _VJP_STAGES.setdefault(fn, {})[has_aux] = stages
-    except TypeError:
-        pass
-    return stages
+    return _cached_stage(_VJP_STAGES, fn, has_aux, make)
 
 
 def vjp(fn: Callable, *primals, has_aux: bool = False):
@@ -493,6 +483,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
         _check_like("vjp_fn", cotangents, out_spec, shapes, "cotangents", "outputs")
         return pullback(primals, cotangents)
 
+    vjp_fn.function = fn   # the cached stages reach ``fn`` weakly: it lives as long as vjp_fn
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
@@ -526,36 +517,44 @@ def jvp(fn: Callable, primals, tangents, has_aux: bool = False):
 _JVP_STAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _cached_stage(table, fn, key, make):
+def _cached_stage(table: weakref.WeakKeyDictionary, fn: Callable, key, make: Callable):
+    """``make(call)``, remembered per function while it lives: the stages of ``vjp``, ``jvp`` and ``hvp``
+    (which take the function with each call) are traced and compiled once per function, not per call.
+    ``call`` reaches the function through a weak reference, so the cache does not keep it alive."""
+    base = fn.fn if isinstance(fn, CompiledFunction) else fn
+    if inspect.ismethod(fn) or inspect.ismethod(base):   # a new bound method object at every access
+        return make(base)
     try:
         found = table.get(fn, {}).get(key)
-    except TypeError:
-        return make()
+        ref = weakref.ref(base)
+    except TypeError:   # not weakly referenceable
+        return make(base)
     if found is None:
-        found = make()
+        found = make(lambda *args: ref()(*args))
         table.setdefault(fn, {})[key] = found
     return found
 
 
 def _jvp_staged(fn: Callable, has_aux: bool) -> _Staged:
-    base = fn.fn if isinstance(fn, CompiledFunction) else fn
+    def make(call):
+        def impl(primals, tangents):
+            connect = STATE.enabled
+            with enable_grad():
+                args, _, inputs = _with_inputs(tuple(primals), list(range(len(primals))), connect, "jvp")
+                out = call(*args)
+                aux = None
+                if has_aux:
+                    out, aux = _split_aux(out, "jvp")
+                out_leaves, out_spec = tree_flatten(out)
+                outs = _float_outputs(out_leaves, "jvp")
+                t_leaves = [_tensor_leaf(t, x._data.dtype) for t, x in zip(tree_flatten(tangents)[0], inputs)]
+                tangent_out = _linearization(outs, inputs)(t_leaves)
+            result = (tree_unflatten(out_spec, outs), tree_unflatten(out_spec, tangent_out))
+            return result + (aux,) if has_aux else result
 
-    def impl(primals, tangents):
-        connect = STATE.enabled
-        with enable_grad():
-            args, _, inputs = _with_inputs(tuple(primals), list(range(len(primals))), connect, "jvp")
-            out = base(*args)
-            aux = None
-            if has_aux:
-                out, aux = _split_aux(out, "jvp")
-            out_leaves, out_spec = tree_flatten(out)
-            outs = _float_outputs(out_leaves, "jvp")
-            t_leaves = [_tensor_leaf(t, x._data.dtype) for t, x in zip(tree_flatten(tangents)[0], inputs)]
-            tangent_out = _linearization(outs, inputs)(t_leaves)
-        result = (tree_unflatten(out_spec, outs), tree_unflatten(out_spec, tangent_out))
-        return result + (aux,) if has_aux else result
+        return _Staged(impl, fn, "jvp")
 
-    return _cached_stage(_JVP_STAGES, fn, has_aux, lambda: _Staged(impl, fn, "jvp"))
+    return _cached_stage(_JVP_STAGES, fn, has_aux, make)
 
 
 def hvp(fn: Callable, primals, tangents):
@@ -572,14 +571,13 @@ def hvp(fn: Callable, primals, tangents):
     (array([4.]), array([2.]))
     """
     primals, tangents = _primals_tangents("hvp", primals, tangents)
-    return _cached_stage(_HVP_STAGES, fn, None, lambda: _Staged(_hvp_impl(fn), fn, "hvp"))(primals, tangents)
+    return _cached_stage(_HVP_STAGES, fn, None, lambda call: _Staged(_hvp_impl(call), fn, "hvp"))(primals, tangents)
 
 
 _HVP_STAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _hvp_impl(fn: Callable):
-    base = fn.fn if isinstance(fn, CompiledFunction) else fn
+def _hvp_impl(base: Callable):
 
     def impl(primals, tangents):
         connect = STATE.enabled
