@@ -590,14 +590,17 @@ compile.__signature__ = inspect.Signature(
 
 
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str | None = None,
-                   strict: bool | None = None):
+                   strict: bool | None = None, other_args: Callable | None = None):
     """``f(*arrays) -> (value, grad)`` with numpy arrays in and out (for scipy.optimize, ``jac=True``).
 
     ``fn`` must return a scalar.  With a tuple ``argnums`` the gradient is a tuple.  ``math``:
     ``"vector"`` or ``"libm"`` as in :func:`compile` (default: ``fn``'s own option if it is a compiled
     function, else ``"vector"``).  ``strict`` as in :func:`compile` (default: ``fn``'s own option, else
     False): a function with data-dependent Python control flow is differentiated eagerly, with one
-    :class:`EagerFallbackWarning`, unless ``strict=True``.
+    :class:`EagerFallbackWarning`, unless ``strict=True``.  ``other_args``: calls whose arguments are
+    not all numpy arrays go there instead (``symgrad.value_and_grad`` of
+    :mod:`symgrad.compiler.transforms` passes its pytree and Tensor path, so that numpy calls pay
+    nothing for it).
 
     >>> vg = symgrad.value_and_grad(lambda x: (x ** 2).sum())
     >>> vg(np.array([1.0, 2.0]))
@@ -638,6 +641,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
             result = joint_fn(*args, tangent)
             stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
+        if other_args is not None and not all(a.__class__ is np.ndarray for a in args):
+            return other_args(*args)
         if _differentiable_call(args):
             return _value_and_grad_recorded(fn, args, nums, many)
         arrays = tuple(np.asarray(a, dtype=np.float64) if isinstance(a, (list, float, int)) and i in nums
