@@ -18,21 +18,7 @@ PROGRAMS = sorted(p.name for p in HERE.glob("*.py") if not p.name.startswith("_"
 # test checks that each stops on exactly that error (then reports it as xfail); once the piece is
 # merged the error changes, the test fails, and the entry is removed.
 NN = "needs torch.nn / torch.optim (pending merge of the torch.nn + torch.optim work)"
-EXPECTED_TO_FAIL = {
-    "autograd_basics.py": ("module 'symgrad' has no attribute 'nn'",
-                           "needs torch.nn.functional.binary_cross_entropy_with_logits (pending merge of the "
-                           "torch.nn.functional work)"),
-    "learning_by_examples_nn.py": ("module 'symgrad' has no attribute 'nn'", NN),
-    "learning_by_examples_optim.py": ("module 'symgrad' has no attribute 'nn'", NN),
-    "docstring_grad_modes.py": ("module 'symgrad' has no attribute 'nn'",
-                                "needs torch.nn.Parameter (pending merge of the torch.nn work)"),
-    "docstring_functional_jacobian.py": ("No module named 'symgrad.autograd.functional'",
-                                         "needs torch.autograd.functional (pending merge of the eager fallback + "
-                                         "torch.autograd.functional work, issue 19)"),
-    "mechanics_saved_tensor_hooks.py": ("module 'symgrad.autograd' has no attribute 'graph'",
-                                        "needs torch.autograd.graph.saved_tensors_hooks and Node._raw_saved_self "
-                                        "(pending merge of the autograd API extras)"),
-}
+EXPECTED_TO_FAIL: dict[str, tuple[str, str]] = {}   # program -> (the error's last line, why)
 # Programs real torch cannot run here either: compared for the error only.
 NOT_RUNNABLE_WITH_TORCH = {
     "blitz_autograd_finetune.py": "torchvision is not installed",

@@ -641,7 +641,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
             result = joint_fn(*args, tangent)
             stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
-        if other_args is not None and not all(a.__class__ is np.ndarray for a in args):
+        if other_args is not None and not all(a.__class__ in (np.ndarray, float, int) for a in args):
             return other_args(*args)
         if _differentiable_call(args):
             return _value_and_grad_recorded(fn, args, nums, many)
