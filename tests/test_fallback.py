@@ -319,3 +319,36 @@ def test_every_data_dependent_refusal_falls_back_to_the_eager_value(fn, want, re
     assert f.stats()["eager_fallbacks"] == 1 and len(_fallback_warnings(recwarn)) == 1
     with pytest.raises(symgrad.TraceError):
         symgrad.compile(fn, strict=True)(XS)
+
+
+def _sin_series_vector(x):
+    """Elementwise sin by its series: a vector result for the Jacobian transforms."""
+    term, total, n = x, x, 1
+    while abs(term).max() > 1e-16:
+        term = -term * x * x / ((2 * n) * (2 * n + 1))
+        total = total + term
+        n += 1
+    return total
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "hessian", "hvp", "jvp", "vjp", "elementwise_grad"])
+def test_every_transform_falls_back_on_a_data_dependent_function(transform, recwarn):
+    x = np.array([0.3, -1.1, 2.0])
+    v = np.array([1.0, -2.0, 0.5])
+    if transform == "jacrev":
+        got, want = symgrad.jacrev(_sin_series_vector)(x), np.diag(np.cos(x))
+    elif transform == "jacfwd":
+        got, want = symgrad.jacfwd(_sin_series_vector)(x), np.diag(np.cos(x))
+    elif transform == "hessian":
+        got, want = symgrad.hessian(sin_series)(x), np.diag(-np.sin(x))
+    elif transform == "hvp":
+        got, want = symgrad.hvp(sin_series, (x,), (v,))[0], -np.sin(x) * v
+    elif transform == "jvp":
+        got, want = symgrad.jvp(_sin_series_vector, (x,), (v,))[1], np.cos(x) * v
+    elif transform == "vjp":
+        _, pullback = symgrad.vjp(_sin_series_vector, x)
+        got, want = pullback(v)[0], np.cos(x) * v
+    else:
+        got, want = symgrad.elementwise_grad(_sin_series_vector)(x), np.cos(x)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-14)
+    assert _fallback_warnings(recwarn), "the eager fallback warns"

@@ -43,6 +43,7 @@ import numpy as np
 from ..autograd import engine
 from ..autograd.grad_mode import STATE, enable_grad
 from ..creation import zeros_like
+from ..ir.tracer import TraceError
 from ..ops import functional as F
 from ..ops import registry
 from ..tensor import Tensor
@@ -678,7 +679,14 @@ def _make_jacobian(fn, argnums, has_aux: bool, name: str, forward: bool):
             return staged(*args)
         key = (spec, CompiledFunction._guard(leaves))
         if key not in sizes:
-            sizes[key] = _output_layout(base, args, has_aux)
+            try:
+                sizes[key] = _output_layout(base, args, has_aux)
+            except TraceError as exc:
+                if not getattr(exc, "data_dependent", False):
+                    raise
+                sizes[key] = None   # cannot be traced: the staged call runs it eagerly (or raises if strict)
+        if sizes[key] is None:
+            return staged(*args)
         out_spec, out_shapes = sizes[key]
         in_shapes = [_shape(leaf) for i in where for leaf in tree_flatten(args[i])[0]]
         rows = sum(int(np.prod(s, dtype=np.int64)) for s in (in_shapes if forward else out_shapes))
