@@ -2827,4 +2827,4 @@ def linalg_pinv(A, rcond) -> Tensor:
 
 
 # the torch.nn.functional primitives, here so that the rule table's formulas find them by name
-from .nn_ops import _col2im, _dropout_mask, _im2col  # noqa: E402,F401
+from .nn_ops import _check_range, _col2im, _dropout_mask, _im2col  # noqa: E402,F401
