@@ -356,14 +356,19 @@ def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str)
         raise ValueError(f"{op}: expected target of shape {[logp.shape[0]] + list(logp.shape[2:])}, got "
                          f"{list(target.shape)}")
     target = _checked_targets(target, classes, ignore_index, op)
-    mask = _class_mask(target, classes, 1)
-    picked = T.sum(T.where(mask, logp, 0.0), 1)
     keep = T.ne(target, ignore_index)
     w = _class_weights(weight, classes, logp.ndim, logp)
-    if w is None:
-        sample_w = T.to(keep, logp.dtype)
+    if logp.ndim == 2 and classes:
+        # (N, C): gather each row's class, O(N) (ignored rows read class 0, zeroed below); the
+        # targets are checked, so no index wraps or misses
+        index = T.where(keep, target, T.as_tensor(np.zeros((), dtype=target._data.dtype)))
+        picked = logp[T.as_tensor(np.arange(logp.shape[0])), index]
+        class_w = None if w is None else T.reshape(w, (classes,))[index]
     else:
-        sample_w = T.where(keep, T.sum(T.where(mask, w, 0.0), 1), 0.0)
+        mask = _class_mask(target, classes, 1)
+        picked = T.sum(T.where(mask, logp, 0.0), 1)
+        class_w = None if w is None else T.sum(T.where(mask, w, 0.0), 1)
+    sample_w = T.to(keep, logp.dtype) if w is None else T.where(keep, class_w, 0.0)
     loss = T.where(keep, -picked * sample_w, 0.0)
     return loss, sample_w
 
