@@ -31,7 +31,12 @@ def _ce_ignore(F, x, t):
 
 
 def _ce_smooth_weight(F, x, t):
-    return F.cross_entropy(x, t, weight=x[0].detach() * 0 + 1.5, label_smoothing=0.2)
+    classes = x[0].detach().reshape(x.shape[1], -1)[:, 0]        # one weight per class, not uniform
+    return F.cross_entropy(x, t, weight=classes.abs() + 0.5, label_smoothing=0.2)
+
+
+def _nll_weight(F, x, t):
+    return F.nll_loss(F.log_softmax(x, 1), t, weight=x[-1].detach().abs() + 0.5)
 
 
 def _nll(F, x, t):
@@ -117,6 +122,8 @@ GOOD = [
     ("ce_smooth_weight", _ce_smooth_weight, _logits(6, 5), [0, 4, 4, 2, 3, 1]),
     ("ce_spatial", _ce, _logits(2, 3, 4), [[0, 1, 2, 1], [2, 2, -100, 0]]),
     ("nll_all_classes", _nll, _logits(5, 5), [0, 1, 2, 3, 4]),
+    ("nll_weight_ignore", _nll_weight, _logits(6, 5), [0, -100, 4, 2, 4, 1]),
+    ("ce_weight_ignore_spatial", _ce_smooth_weight, _logits(2, 5, 3), [[0, -100, 4], [2, 4, 1]]),
     ("embedding_edges", _embedding, _logits(4, 3), [[0, 3], [3, 3]]),
     ("one_hot", _one_hot, _logits(3, 5), [4, 0, 2]),
     ("bce", _bce, np.array([1.0, 0.0, 0.3, 0.9]), [0.999, 1e-3, 0.5, 0.25]),

@@ -361,7 +361,7 @@ def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str)
     if logp.ndim == 2 and classes:
         # (N, C): gather each row's class, O(N) (ignored rows read class 0, zeroed below); the
         # targets are checked, so no index wraps or misses
-        index = T.where(keep, target, T.as_tensor(np.zeros((), dtype=target._data.dtype)))
+        index = T.where(keep, target, _const(0, target))
         picked = logp[T.as_tensor(np.arange(logp.shape[0])), index]
         class_w = None if w is None else T.reshape(w, (classes,))[index]
     else:
