@@ -141,6 +141,25 @@ def _detach(n, target: str, label: str, names: dict, ns: dict) -> list[str]:
     return [f"    {target} = {names[n.args[0].name]}"]
 
 
+@lowering("_check_range")
+def _check_range(n, target: str, label: str, names: dict, ns: dict) -> list[str]:
+    """The common case inline, reductions only; when they see a value out of range (or ``skip``), the
+    op's forward looks closer and raises its error."""
+    x, low, high = n.args[0], n.args[1], n.args[2]
+    src = names[x.name]
+    if x.shape == () or not (math.isfinite(low) and math.isfinite(high)):
+        return _forward_call(n, target, label, names, ns, False)
+    dtype = np.dtype(x.dtype.np)
+    if dtype.kind == "i" and low == 0:
+        # read as unsigned, a negative value is huge: one reduction checks both ends
+        ok = f"{src}.view(np.uint{8 * dtype.itemsize}).max() <= {high!r}"
+    else:
+        ok = f"{src}.min() >= {low!r} and {src}.max() <= {high!r}"   # False for nan
+    return ([f"    if {src}.size and not ({ok}):"]
+            + ["    " + line for line in _forward_call(n, target, label, names, ns, False)]
+            + [f"    {target} = {src}"])
+
+
 def _forward_call(n, target: str, label: str, names: dict, ns: dict, seq: bool) -> list[str]:
     """A call of the op's numpy forward, cast where numpy's dtype differs from the IR's."""
     key = "op_" + _ident(n.op).rstrip("_")

@@ -330,7 +330,8 @@ _REDUCTIONS = {  # op -> (position of dims, position of keepdim); dims None: all
     "sum.dim_IntList": (1, 2), "mean.dim": (1, 2), "prod.dim_int": (1, 2), "max.dim": (1, 2), "min.dim": (1, 2),
     "amax": (1, 2), "amin": (1, 2), "var.correction": (1, 3), "std.correction": (1, 3), "logsumexp": (1, 2),
 }
-_PASSTHROUGH = {"detach", "clone", "_to_copy", "contiguous", "where.self"}
+_PASSTHROUGH = {"detach", "clone", "_to_copy", "contiguous", "where.self",
+                "_check_range"}  # nn.functional's index checks: values unchanged, each row checked alone
 # matmul-like ops: for each operand, where each of its axes goes ("out", k) or "c" (contracted)
 _MATMUL = {
     "mm": ({0: 0, 1: "c"}, {0: "c", 1: 1}),

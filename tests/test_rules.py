@@ -324,6 +324,9 @@ SAMPLES = {
     "_col2im": lambda r: [(U(r, 2, 3, 3, 2, 2, 4), (2, 3, 5, 6), (3, 2), (1, 2), (2, 1), (0, 1, 2, 3, 4, 5)),
                           (U(r, 2, 2, 2, 1, 3, 3), (1, 2, 4, 4), (2, 2), (1, 1), (1, 1), (1, 2, 3, 0, 4, 5))],
     "_dropout_mask": lambda r: [(U(r, 3, 4), 0.0, 0), (U(r, 2, 3), 1.0, 1)],
+    # the range check passes its input through: values within the bounds (the gradient is grad)
+    "_check_range": lambda r: [(U(r, 3, 4), -10.0, 10.0, None, "RuntimeError", "out of range: {value}"),
+                               (U(r, 5), -10.0, 10.0, 0.5, "IndexError", "out of range: {value}")],
     "gelu": lambda r: (U(r, 2, 3, lo=-3, hi=3),),
     "gelu_tanh": lambda r: (U(r, 2, 3, lo=-3, hi=3),),
     "leaky_relu": lambda r: [(D(r, 2, 3), 0.2), (D(r, 4), 0.01)],

@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..ops import functional as T
 from ..ops import registry
-from ..ops.nn_ops import CONV_ORDER, POOL_ORDER, _dropout_mask, _im2col, window_count
+from ..ops.nn_ops import CONV_ORDER, POOL_ORDER, _check_range, _dropout_mask, _im2col, check_range, window_count
 from ..tensor import Tensor
 
 __all__ = [
@@ -55,6 +55,15 @@ def _tracing() -> bool:
 def _float(x: Tensor, op: str) -> Tensor:
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype}")
+    return x
+
+
+def _checked(x: Tensor, low: float, high: float, skip, error: str, message: str) -> Tensor:
+    """``x``, its values checked to lie in [``low``, ``high``] (``skip`` exempt): now when eager; in a
+    compiled function by a ``_check_range`` op on the data path, when each call runs."""
+    if _tracing():
+        return _check_range(x, low, high, skip, error, message)
+    check_range(x._data, low, high, skip, error, message)
     return x
 
 
@@ -314,13 +323,10 @@ def _class_layout(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tenso
     return input, target, False
 
 
-def _check_targets(target: Tensor, classes: int, ignore_index: int) -> None:
-    if _tracing():   # a compiled function's targets are only known when it runs
-        return
-    t = target._data
-    bad = t[(t != ignore_index) & ((t < 0) | (t >= classes))]
-    if bad.size:
-        raise IndexError(f"Target {int(bad.flat[0])} is out of bounds.")
+def _checked_targets(target: Tensor, classes: int, ignore_index: int, op: str) -> Tensor:
+    """Class indices outside [0, classes) other than ``ignore_index`` raise, as PyTorch's do (a mask
+    that matches no class would silently contribute 0 to the loss)."""
+    return _checked(target, 0, classes - 1, ignore_index, "IndexError", f"{op}: Target {{value}} is out of bounds.")
 
 
 def _class_mask(target: Tensor, classes: int, class_dim: int) -> Tensor:
@@ -349,15 +355,20 @@ def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str)
     if tuple(target.shape) != (logp.shape[0],) + tuple(logp.shape[2:]):
         raise ValueError(f"{op}: expected target of shape {[logp.shape[0]] + list(logp.shape[2:])}, got "
                          f"{list(target.shape)}")
-    _check_targets(target, classes, ignore_index)
-    mask = _class_mask(target, classes, 1)
-    picked = T.sum(T.where(mask, logp, 0.0), 1)
+    target = _checked_targets(target, classes, ignore_index, op)
     keep = T.ne(target, ignore_index)
     w = _class_weights(weight, classes, logp.ndim, logp)
-    if w is None:
-        sample_w = T.to(keep, logp.dtype)
+    if logp.ndim == 2 and classes:
+        # (N, C): gather each row's class, O(N) (ignored rows read class 0, zeroed below); the
+        # targets are checked, so no index wraps or misses
+        index = T.where(keep, target, _const(0, target))
+        picked = logp[T.as_tensor(np.arange(logp.shape[0])), index]
+        class_w = None if w is None else T.reshape(w, (classes,))[index]
     else:
-        sample_w = T.where(keep, T.sum(T.where(mask, w, 0.0), 1), 0.0)
+        mask = _class_mask(target, classes, 1)
+        picked = T.sum(T.where(mask, logp, 0.0), 1)
+        class_w = None if w is None else T.sum(T.where(mask, w, 0.0), 1)
+    sample_w = T.to(keep, logp.dtype) if w is None else T.where(keep, class_w, 0.0)
     loss = T.where(keep, -picked * sample_w, 0.0)
     return loss, sample_w
 
@@ -439,8 +450,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if tuple(x.shape) != tuple(t.shape):
         raise ValueError(f"Using a target size ({t.shape}) that is different to the input size ({x.shape}) is "
                          f"deprecated. Please ensure they have the same size.")
-    if not _tracing() and x._data.size and ((x._data < 0) | (x._data > 1)).any():
-        raise RuntimeError("all elements of input should be between 0 and 1")
+    x = _checked(x, 0.0, 1.0, None, "RuntimeError",
+                 "binary_cross_entropy: all elements of input should be between 0 and 1 (found {value})")
     loss = -(t * _floored_log(x) + (1.0 - t) * _floored_log(1.0 - x))
     return _reduce(_weighted(loss, weight), reduction)
 
@@ -638,10 +649,10 @@ def one_hot(tensor, num_classes: int = -1) -> Tensor:
             raise NotImplementedError("one_hot: num_classes=-1 reads the data to size the result, which a compiled "
                                       "function cannot do; pass num_classes explicitly")
         num_classes = int(t._data.max()) + 1 if t._data.size else 0
-    elif not _tracing() and t._data.size and int(t._data.max()) >= num_classes:
-        raise RuntimeError("Class values must be smaller than num_classes.")
-    if not _tracing() and t._data.size and int(t._data.min()) < 0:
-        raise RuntimeError("Class values must be non-negative.")
+    # a value outside [0, num_classes) would give a row of zeros
+    t = _checked(t, 0, num_classes - 1, None, "RuntimeError",
+                 f"one_hot: Class values must be non-negative and smaller than num_classes ({num_classes}); "
+                 f"found {{value}}.")
     return T.to(_class_mask(t, num_classes, t.ndim), _dt.int64)
 
 
@@ -660,8 +671,8 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {idx.dtype} instead")
     rows = w.shape[0]
-    if not _tracing() and idx._data.size and (int(idx._data.min()) < 0 or int(idx._data.max()) >= rows):
-        raise IndexError("index out of range in self")
+    idx = _checked(idx, 0, rows - 1, None, "IndexError",
+                   f"embedding: index out of range in self (index {{value}}, num_embeddings {rows})")
     out = w[idx]
     if padding_idx is not None:
         if not -rows <= padding_idx < rows:

@@ -2872,7 +2872,7 @@ def linalg_pinv(A, rcond) -> Tensor:
 
 
 # the torch.nn.functional primitives, here so that the rule table's formulas find them by name
-from .nn_ops import _col2im, _dropout_mask, _im2col  # noqa: E402,F401
+from .nn_ops import _check_range, _col2im, _dropout_mask, _im2col  # noqa: E402,F401
 
 # === torch surface: sorting, selection, repetition, tests of values ===
 # PyTorch's names, signatures and node names (SortBackward0, TopkBackward0, GatherBackward0,

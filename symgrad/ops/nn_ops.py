@@ -1,5 +1,6 @@
 """The primitives torch.nn.functional is built on: window gathering for convolution and pooling,
-and dropout's mask.  Their rules are in derivatives.yaml; ``symgrad.nn.functional`` composes them.
+dropout's mask, and the run-time range check of indices and probabilities.  Their rules are in
+derivatives.yaml; ``symgrad.nn.functional`` composes them.
 
 >>> import numpy as np, symgrad
 >>> from symgrad.ops.nn_ops import _im2col
@@ -76,6 +77,50 @@ def _col2im(cols, input_sizes, kernel_size, dilation, stride, order=CANONICAL):
     (Col2ImBackward0)."""
     return F._call("_col2im", F.as_tensor(cols), tuple(int(s) for s in input_sizes), tuple(kernel_size),
                    tuple(dilation), tuple(stride), tuple(order))
+
+
+_ERRORS = {"IndexError": IndexError, "RuntimeError": RuntimeError, "ValueError": ValueError}
+
+
+def check_range(values: np.ndarray, low: float, high: float, skip: float | None, error: str, message: str) -> None:
+    """Raise ``error(message)`` unless every element of ``values`` other than ``skip`` lies in
+    [``low``, ``high``] (nan does not); ``{value}`` in ``message`` names the first element that does not.
+
+    >>> check_range(np.array([0, 3, -100]), 0, 3, -100, "IndexError", "Target {value} is out of bounds.")
+    >>> check_range(np.array([0, 4]), 0, 3, -100, "IndexError", "Target {value} is out of bounds.")
+    Traceback (most recent call last):
+    IndexError: Target 4 is out of bounds.
+    """
+    if values.size == 0:
+        return
+    if values.dtype.kind == "i" and low == 0:
+        # read as unsigned, a negative index is huge: one reduction checks both ends
+        if values.view(np.dtype(f"u{values.dtype.itemsize}")).max() <= high:
+            return
+    elif values.min() >= low and values.max() <= high:
+        return      # the common case: reductions only, no temporary arrays
+    bad = ~((values >= low) & (values <= high))      # nan is out of every range, as in PyTorch
+    if skip is not None:
+        bad &= values != skip
+    if bad.any():
+        first = values[bad].flat[0]
+        shown = int(first) if values.dtype.kind in "iub" else float(first)
+        raise _ERRORS[error](message.format(value=shown))
+
+
+@forward("_check_range", view=True)
+def _check_range_fwd(self, low, high, skip, error, message):
+    check_range(self, low, high, skip, error, message)
+    return self.view()
+
+
+def _check_range(input, low: float, high: float, skip: float | None, error: str, message: str):
+    """``input`` itself once its values are checked (see :func:`check_range`); recorded as an op, so a
+    compiled function checks each call's values when it runs."""
+    if error not in _ERRORS:
+        raise ValueError(f"_check_range: error must be one of {sorted(_ERRORS)}, got {error!r}")
+    return F._call("_check_range", F.as_tensor(input), float(low), float(high),
+                   None if skip is None else float(skip), error, message)
 
 
 _draws = itertools.count()
