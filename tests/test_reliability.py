@@ -452,7 +452,7 @@ def test_numpy_scalar_and_other_argument_types_are_refused_by_name(f_sin):
 
 def test_value_and_grad_argument_errors_are_clear():
     vg = symgrad.value_and_grad(sin_x)
-    with pytest.raises(TypeError, match=r"value_and_grad: argnums=0: argument 0 is a str, not an array"):
+    with pytest.raises(TypeError, match=r"value_and_grad: an argument holds a str; pass numpy arrays, Tensors or "):
         vg("abc")
     with pytest.raises(TypeError, match=r"value_and_grad: argnums=2: argument 2 is out of range \(called with 1 "):
         symgrad.value_and_grad(sin_x, argnums=2)(np.ones(3))

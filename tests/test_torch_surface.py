@@ -483,10 +483,17 @@ def test_fill_copy_and_new_values_follow_autograd_rules():
                                   lambda x: symgrad.randint(0, 3, (2,)).float(),
                                   lambda x: symgrad.ones(2).normal_(), lambda x: symgrad.ones(2).uniform_()])
 def test_random_draws_in_a_compiled_function_are_refused(draw):
-    # a draw during tracing would be baked in as a constant: the same numbers on every call
-    compiled = symgrad.compile(lambda x: (x * draw(x)).sum())
+    # a draw during tracing would be baked in as a constant: the same numbers on every call.  strict=True
+    # refuses it; by default the call runs eagerly (with a warning) and draws anew each time.
+    strict = symgrad.compile(lambda x: (x * draw(x)).sum(), strict=True)
     with pytest.raises(symgrad.TraceError, match="constant of the trace"):
-        compiled(symgrad.ones(2, requires_grad=True))
+        strict(symgrad.ones(2, requires_grad=True))
+    compiled = symgrad.compile(lambda x: (x * draw(x)).sum())
+    symgrad.manual_seed(3)
+    with pytest.warns(symgrad.EagerFallbackWarning, match="constant of the trace"):
+        first = compiled(symgrad.ones(2, requires_grad=True)).item()
+    symgrad.manual_seed(3)
+    assert first == draw(None).sum().item()
 
 
 def test_data_in_a_compiled_function_follows_the_values():
@@ -504,7 +511,7 @@ def test_data_in_a_compiled_function_follows_the_values():
         return y.sum()
 
     with pytest.raises(symgrad.TraceError, match="assigning Tensor.data"):
-        symgrad.compile(assigns)(symgrad.ones(2, requires_grad=True))
+        symgrad.compile(assigns, strict=True)(symgrad.ones(2, requires_grad=True))
 
 
 def test_missing_torch_names_say_why():

@@ -248,6 +248,11 @@ class LiftedFunction(CompiledFunction):
                 self._lifted.__signature__ = self._user_signature
         raise AssertionError("unreachable: the second trace does not look for parameters")
 
+    def kernels_for(self, *args, **options):
+        # kernels are kept per value of the training flags the traces read
+        self._kernels = self._kernel_sets.setdefault(self._mode(), {})
+        return super().kernels_for(*args, **options)
+
     def _call_eager(self, args: tuple):
         # the eager fallback runs the user's function, which reads its parameters from the modules
         return super()._call_eager(args[self._n_lifted:])

@@ -399,7 +399,8 @@ def trace(fn: Callable, *example_args, names: Sequence[str] | None = None,
         call_args.append(t)
     _TRACE_LOCK.acquire()  # one trace at a time: the registry has one recorder for all threads
     previous = registry.set_recorder(tracer)
-    code = getattr(fn, "__code__", None)
+    # the user's function behind wrappers (a compiled module's parameter lifting): its return line
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     returned_at = []
 
     def watch_return(frame, event, arg):  # remembers where fn returned, for error messages

@@ -15,7 +15,7 @@ import itertools
 
 import numpy as np
 
-from .. import creation
+from .. import _device
 from . import functional as F
 from .registry import forward
 
@@ -63,7 +63,7 @@ def _col2im_fwd(cols, input_sizes, kernel_size, dilation, stride, order=CANONICA
 def _dropout_mask_fwd(self, p, draw):
     if p >= 1:
         return np.zeros(self.shape, dtype=self.dtype)
-    keep = creation._rng.random(self.shape) >= p
+    keep = _device.generator_rng(None).random(self.shape) >= p
     return (keep * (1.0 / (1.0 - p))).astype(self.dtype)
 
 
