@@ -226,7 +226,7 @@ def test_namespace_functions_and_dtypes():
 # --- scipy's own functions with SCIPY_ARRAY_API=1 (a fresh interpreter) ---------------------------
 
 _SCRIPT = textwrap.dedent('''
-    import json, os
+    import json, os, warnings
     assert os.environ["SCIPY_ARRAY_API"] == "1"
     import numpy as np, scipy.special as sc, symgrad
     from symgrad.scipy import special as ss
@@ -245,7 +245,9 @@ _SCRIPT = textwrap.dedent('''
         "expit": lambda m, a: m.expit(a),
         "xlogy": lambda m, a: m.xlogy(a * a, a * a + 1.0),
     }
-    NUMBA = ("logsumexp axis=1", "softmax axis=1", "log_softmax axis=0", "expit")
+    # every case compiles with the numpy backend; these also with Numba (the long profile: all four)
+    NUMBA = ("logsumexp axis=1", "softmax axis=1", "log_softmax axis=0", "expit") if os.environ.get(
+        "SYMGRAD_FUZZ") == "long" else ("logsumexp axis=1", "expit")
     for name, call in CASES.items():
         for dtype in (np.float64, np.float32):
             a = x.astype(dtype)
@@ -283,7 +285,10 @@ _SCRIPT = textwrap.dedent('''
     report["b= eager requires_grad"] = refusal(lambda a, b: sc.logsumexp(a, b=b),
                                                 symgrad.tensor(np.zeros(2), requires_grad=True), symgrad.tensor(b))
     report["b= no gradient"] = float(sc.logsumexp(symgrad.tensor(np.zeros(2)), b=symgrad.tensor(b)))
-    report["log_softmax 0-d"] = refusal(symgrad.grad(lambda a: sc.log_softmax(a)), np.array(2.0))
+    report["log_softmax 0-d strict"] = refusal(symgrad.grad(lambda a: sc.log_softmax(a), strict=True), np.array(2.0))
+    with warnings.catch_warnings():   # scipy branches on the value: the call falls back to eager mode
+        warnings.simplefilter("ignore", symgrad.EagerFallbackWarning)
+        report["log_softmax 0-d"] = float(symgrad.grad(lambda a: sc.log_softmax(a))(np.array(2.0)))
     report["gamma"] = refusal(symgrad.grad(lambda a: sc.gamma(a).sum()), np.array([1.5, 2.5]))
     print(json.dumps(report))
 ''')
@@ -301,7 +306,8 @@ def test_scipy_functions_with_scipy_array_api_in_a_subprocess():
         assert report[key].startswith("TypeError: symgrad: scipy.special.logsumexp with b= on a tensor"), report[key]
         assert "symgrad.scipy.special.logsumexp" in report[key]
     np.testing.assert_allclose(report["b= no gradient"], np.log(4.0), rtol=1e-15)
-    assert report["log_softmax 0-d"].startswith("TraceError: bool(tensor)"), report["log_softmax 0-d"]
+    assert report["log_softmax 0-d strict"].startswith("TraceError: bool(tensor)"), report["log_softmax 0-d strict"]
+    assert report["log_softmax 0-d"] == 0.0   # log_softmax of one element is 0 for every input
     assert report["gamma"].startswith("TypeError: symgrad: scipy.special.gamma is not supported"), report["gamma"]
 
 
