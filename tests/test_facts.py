@@ -52,6 +52,7 @@ def test_shipped_facts_are_the_backends_former_lists():
                                                 "where.self",
                                                 "flip", "keep_last_writes",  # numpy surface: shape
                                                 "_im2col", "_col2im", "_dropout_mask",  # torch.nn.functional
+                                                "nll_loss_backward",
                                                 # torch surface: selection and repetition
                                                 "gather", "value_selecting_reduction_backward", "repeat",
                                                 "repeat_backward", "masked_fill.Scalar"}

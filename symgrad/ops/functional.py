@@ -28,6 +28,7 @@ from ..rules.vocab import (
     _np_prod_backward_all,
     _np_reverse_cumsum,
     normalize_dims,
+    reduced_grad,  # noqa: F401  (a formula helper: same code on Tensors)
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor, is_numpy_face
