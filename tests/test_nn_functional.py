@@ -558,7 +558,10 @@ NAMED_NODES = [
     ("gelu_tanh", lambda F, x: F.gelu(x, approximate="tanh")), ("leaky_relu", lambda F, x: F.leaky_relu(x, 0.1)),
     ("hardtanh", lambda F, x: F.hardtanh(x)), ("relu6", lambda F, x: F.relu6(x)), ("elu", lambda F, x: F.elu(x)),
     ("sigmoid", lambda F, x: F.sigmoid(x)), ("tanh", lambda F, x: F.tanh(x)), ("softmax", lambda F, x: F.softmax(x, 1)),
-    ("log_softmax", lambda F, x: F.log_softmax(x, 1)),
+    ("log_softmax", lambda F, x: F.log_softmax(x, 1)), ("silu", lambda F, x: F.silu(x)),
+    ("softplus", lambda F, x: F.softplus(x, beta=2.0)), ("logsigmoid", lambda F, x: F.logsigmoid(x)),
+    ("mish", lambda F, x: F.mish(x)), ("hardsigmoid", lambda F, x: F.hardsigmoid(x)),
+    ("hardswish", lambda F, x: F.hardswish(x)),
 ]
 
 
@@ -621,3 +624,27 @@ def test_grad_fn_names_match_torch(call):
     got = call(SF, symgrad.tensor(x, requires_grad=True))
     want = call(TF, torch.tensor(x, requires_grad=True))
     assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__
+
+
+def _activations_and_losses(x, y):
+    return ((SF.silu(x) + SF.mish(x) + SF.softplus(x, beta=2.0, threshold=3.0) + SF.logsigmoid(x) + SF.hardswish(x)
+             + SF.hardsigmoid(x)).sum() + SF.mse_loss(x, y) + SF.binary_cross_entropy_with_logits(x, SF.sigmoid(y))
+            + SF.huber_loss(x, y, delta=0.5) + SF.smooth_l1_loss(x, y, reduction="sum"))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_named_activations_and_losses_compile_as_eager(backend):
+    """The activations (elementwise rule-table ops) and the losses (decomposed when traced) compiled."""
+    r = np.random.default_rng(0)
+    xa, ya = r.uniform(-5, 5, (6, 5)), r.standard_normal((6, 5))
+    compiled = symgrad.compile(_activations_and_losses, backend=backend)
+    x, y = symgrad.tensor(xa, requires_grad=True), symgrad.tensor(ya, requires_grad=True)
+    out = compiled(x, y)
+    out.backward()
+    x2, y2 = symgrad.tensor(xa, requires_grad=True), symgrad.tensor(ya, requires_grad=True)
+    want = _activations_and_losses(x2, y2)
+    want.backward()
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    np.testing.assert_allclose(out.item(), want.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(y.grad.numpy(), y2.grad.numpy(), rtol=1e-10, atol=1e-12)

@@ -329,6 +329,13 @@ SAMPLES = {
     "leaky_relu": lambda r: [(D(r, 2, 3), 0.2), (D(r, 4), 0.01)],
     "hardtanh": lambda r: [(U(r, 2, 3, lo=-2, hi=2), -1.0, 1.0), (U(r, 2, 3, lo=-1, hi=1), -0.5, 0.25)],
     "elu": lambda r: [(D(r, 2, 3), 1.0), (D(r, 2, 3), 0.5)],
+    "silu": lambda r: [(U(r, 2, 3, lo=-6, hi=6),), (np.array([-800.0, 0.0, 800.0]),)],
+    "mish": lambda r: [(U(r, 2, 3, lo=-6, hi=6),), (np.array([-800.0, 0.0, 800.0]),)],
+    "log_sigmoid": lambda r: [(U(r, 2, 3, lo=-6, hi=6),), (np.array([-800.0, 0.0, 800.0]),)],
+    "softplus": lambda r: [(U(r, 2, 3, lo=-6, hi=6), 1.0, 20.0), (U(r, 2, 3, lo=-3, hi=3), 2.0, 1.0),
+                           (np.array([-800.0, 0.0, 800.0]), 1.0, 20.0)],
+    "hardsigmoid": lambda r: [(U(r, 3, 4, lo=-5, hi=5),)],
+    "hardswish": lambda r: [(U(r, 3, 4, lo=-5, hi=5),)],
     # losses: reduction 0 none, 1 mean, 2 sum (PyTorch's enum)
     "mse_loss": lambda r: [(U(r, 3, 4), U(r, 3, 4), 0), (U(r, 3, 4), U(r, 3, 4), 1), (U(r, 5), U(r, 5), 2)],
     "smooth_l1_loss": lambda r: [(U(r, 3, 4), U(r, 3, 4), 0, 1.0), (U(r, 3, 4), U(r, 3, 4), 1, 0.5),
@@ -554,6 +561,8 @@ def _expected_and_actual(key, name):
     arg = sympy.Symbol(name, real=True)
     expected = _GRAD * sympy.diff(elementwise, arg)
     actual = _real(rule.formulas[name].expr).xreplace({_RESULT: elementwise})
+    # sigmoid, a formula function sympy does not know, by its definition
+    actual = actual.replace(sympy.Function("sigmoid"), lambda z: 1 / (1 + sympy.exp(-z)))
     return elementwise, expected, actual
 
 
@@ -753,6 +762,13 @@ def _torch_qr(L, A):
 # op key -> fn(lib, *args): the call a torch user would write, with lib = torch or symgrad
 _REDUCTION = {0: "none", 1: "mean", 2: "sum"}
 TORCH_EQUIVALENT = {
+    "silu": lambda L, x: L.nn.functional.silu(x),
+    "mish": lambda L, x: L.nn.functional.mish(x),
+    "log_sigmoid": lambda L, x: L.nn.functional.logsigmoid(x),
+    "softplus": lambda L, x, beta, threshold: L.nn.functional.softplus(x, beta=beta, threshold=threshold),
+    # hardsigmoid: compared in tests/test_nn_functional.py (torch's float64 backward multiplies by 1/6 rounded
+    # to float32, off the 1e-9 asked here)
+    "hardswish": lambda L, x: L.nn.functional.hardswish(x),
     "mse_loss": lambda L, x, t, r: L.nn.functional.mse_loss(x, t, reduction=_REDUCTION[r]),
     "smooth_l1_loss": lambda L, x, t, r, b: L.nn.functional.smooth_l1_loss(x, t, reduction=_REDUCTION[r], beta=b),
     "huber_loss": lambda L, x, t, r, d: L.nn.functional.huber_loss(x, t, reduction=_REDUCTION[r], delta=d),

@@ -101,7 +101,7 @@ def gelu(input, approximate: str = "none") -> Tensor:
 
 
 def _silu(x):
-    return x * T.sigmoid(x)
+    return T._call("silu", _float(x, "silu"))
 
 
 def silu(input, inplace: bool = False) -> Tensor:
@@ -120,17 +120,12 @@ def _softplus_unit(z: Tensor) -> Tensor:
 
 def softplus(input, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
-    x = _tensor(input, "input", "softplus")
-    z = x * beta if beta != 1 else x
-    soft = _softplus_unit(z)
-    if beta != 1:
-        soft = soft / beta
-    return T.where(T.gt(z, threshold), x, soft)
+    return T._call("softplus", _float(_tensor(input, "input", "softplus"), "softplus"), float(beta), float(threshold))
 
 
 def logsigmoid(input) -> Tensor:
-    """``log(sigmoid(x))``, computed without overflow."""
-    return -_softplus_unit(-_tensor(input, "input", "logsigmoid"))
+    """``log(sigmoid(x))``, computed without overflow (LogSigmoidBackward0)."""
+    return T._call("log_sigmoid", _float(_tensor(input, "input", "logsigmoid"), "logsigmoid"))
 
 
 def _elu(x, alpha):
@@ -186,19 +181,29 @@ def softsign(input) -> Tensor:
 
 def mish(input, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
-    return _maybe_inplace(_tensor(input, "input", "mish"), inplace, lambda x: x * T.tanh(_softplus_unit(x)))
+    return _maybe_inplace(_tensor(input, "input", "mish"), inplace, _mish)
+
+
+def _mish(x):
+    return T._call("mish", _float(x, "mish"))
 
 
 def hardsigmoid(input, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6``; gradient 1/6 strictly inside (-3, 3)."""
-    return _maybe_inplace(_tensor(input, "input", "hardsigmoid"), inplace,
-                          lambda x: _hardtanh(x + 3.0, 0.0, 6.0) / 6.0)
+    return _maybe_inplace(_tensor(input, "input", "hardsigmoid"), inplace, _hardsigmoid)
+
+
+def _hardsigmoid(x):
+    return T._call("hardsigmoid", _float(x, "hardsigmoid"))
 
 
 def hardswish(input, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``."""
-    return _maybe_inplace(_tensor(input, "input", "hardswish"), inplace,
-                          lambda x: x * T.clamp(x + 3.0, 0.0, 6.0) / 6.0)
+    return _maybe_inplace(_tensor(input, "input", "hardswish"), inplace, _hardswish)
+
+
+def _hardswish(x):
+    return T._call("hardswish", _float(x, "hardswish"))
 
 
 def threshold(input, threshold: float, value: float, inplace: bool = False) -> Tensor:
