@@ -62,6 +62,9 @@ CASES = [
     ("logsigmoid", lambda F, x: F.logsigmoid(x), [_uniform(-40, 40, 5, 3)], [0], True),
     ("elu", lambda F, x: F.elu(x, alpha=0.7), [_normal(3, 4)], [0], True),
     ("elu_at_zero", lambda F, x: F.elu(x), [_fixed([0.0, 100.0, -2.0])], [0], True),
+    ("celu_at_zero", lambda F, x: F.celu(x, 0.5), [_fixed([0.0, 100.0, -2.0, -800.0])], [0], True),
+    ("selu_at_zero", lambda F, x: F.selu(x), [_fixed([0.0, 100.0, -2.0, -800.0])], [0], True),
+    ("threshold_at_threshold", lambda F, x: F.threshold(x, 0.5, 3.0), [_fixed([0.5, 0.4, 0.6, -1.0])], [0], True),
     ("leaky_relu", lambda F, x: F.leaky_relu(x, 0.2), [_normal(3, 4)], [0], True),
     ("hardtanh", lambda F, x: F.hardtanh(x, -0.5, 0.5), [_normal(3, 4)], [0], True),
     ("hardtanh_bounds", lambda F, x: F.hardtanh(x), [_fixed([-1.0, 1.0, 0.5, -3.0])], [0], True),
@@ -246,6 +249,8 @@ CASES = [
 # No second-order comparison for these, and why.
 NO_TORCH_DOUBLE = {
     "elu_at_zero": "at x = 0 torch's first derivative takes the x <= 0 side (alpha), its second the x > 0 side (0)",
+    "celu_at_zero": "as elu_at_zero (torch computes celu with its elu kernel)",
+    "selu_at_zero": "as elu_at_zero (torch computes selu with its elu kernel)",
     "normalize_zero_row": "torch's second derivative is nan at a zero row; symgrad's is 0 (its first is 0 there too)",
     "sdpa_gqa": "torch has no double backward for its grouped-query attention kernel",
     "hardsigmoid": "torch has no double backward for hardsigmoid",
@@ -561,7 +566,8 @@ NAMED_NODES = [
     ("log_softmax", lambda F, x: F.log_softmax(x, 1)), ("silu", lambda F, x: F.silu(x)),
     ("softplus", lambda F, x: F.softplus(x, beta=2.0)), ("logsigmoid", lambda F, x: F.logsigmoid(x)),
     ("mish", lambda F, x: F.mish(x)), ("hardsigmoid", lambda F, x: F.hardsigmoid(x)),
-    ("hardswish", lambda F, x: F.hardswish(x)),
+    ("hardswish", lambda F, x: F.hardswish(x)), ("celu", lambda F, x: F.celu(x, 0.7)), ("selu", lambda F, x: F.selu(x)),
+    ("threshold", lambda F, x: F.threshold(x, 0.1, -1.0)),
 ]
 
 
@@ -628,7 +634,8 @@ def test_grad_fn_names_match_torch(call):
 
 def _activations_and_losses(x, y):
     return ((SF.silu(x) + SF.mish(x) + SF.softplus(x, beta=2.0, threshold=3.0) + SF.logsigmoid(x) + SF.hardswish(x)
-             + SF.hardsigmoid(x)).sum() + SF.mse_loss(x, y) + SF.binary_cross_entropy_with_logits(x, SF.sigmoid(y))
+             + SF.hardsigmoid(x) + SF.selu(x) + SF.celu(x, 0.5) + SF.threshold(x, 0.1, -2.0)).sum()
+            + SF.mse_loss(x, y) + SF.binary_cross_entropy_with_logits(x, SF.sigmoid(y))
             + SF.huber_loss(x, y, delta=0.5) + SF.smooth_l1_loss(x, y, reduction="sum"))
 
 

@@ -336,6 +336,9 @@ SAMPLES = {
                            (np.array([-800.0, 0.0, 800.0]), 1.0, 20.0)],
     "hardsigmoid": lambda r: [(U(r, 3, 4, lo=-5, hi=5),)],
     "hardswish": lambda r: [(U(r, 3, 4, lo=-5, hi=5),)],
+    "celu": lambda r: [(D(r, 2, 3), 1.0), (D(r, 2, 3), 0.5)],
+    "selu": lambda r: [(D(r, 2, 3),)],
+    "threshold": lambda r: [(D(r, 3, 4), 0.3, -2.0), (D(r, 3, 4), -0.5, 0.0)],
     # losses: reduction 0 none, 1 mean, 2 sum (PyTorch's enum)
     "mse_loss": lambda r: [(U(r, 3, 4), U(r, 3, 4), 0), (U(r, 3, 4), U(r, 3, 4), 1), (U(r, 5), U(r, 5), 2)],
     "smooth_l1_loss": lambda r: [(U(r, 3, 4), U(r, 3, 4), 0, 1.0), (U(r, 3, 4), U(r, 3, 4), 1, 0.5),
@@ -769,6 +772,9 @@ TORCH_EQUIVALENT = {
     # hardsigmoid: compared in tests/test_nn_functional.py (torch's float64 backward multiplies by 1/6 rounded
     # to float32, off the 1e-9 asked here)
     "hardswish": lambda L, x: L.nn.functional.hardswish(x),
+    "celu": lambda L, x, alpha: L.nn.functional.celu(x, alpha),
+    "selu": lambda L, x: L.nn.functional.selu(x),
+    "threshold": lambda L, x, threshold, value: L.nn.functional.threshold(x, threshold, value),
     "mse_loss": lambda L, x, t, r: L.nn.functional.mse_loss(x, t, reduction=_REDUCTION[r]),
     "smooth_l1_loss": lambda L, x, t, r, b: L.nn.functional.smooth_l1_loss(x, t, reduction=_REDUCTION[r], beta=b),
     "huber_loss": lambda L, x, t, r, d: L.nn.functional.huber_loss(x, t, reduction=_REDUCTION[r], delta=d),

@@ -163,15 +163,22 @@ def relu6(input, inplace: bool = False) -> Tensor:
 
 def selu(input, inplace: bool = False) -> Tensor:
     """``scale * elu(x, alpha)`` with the self-normalising constants."""
-    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-    return _maybe_inplace(_tensor(input, "input", "selu"), inplace, lambda x: scale * _elu(x, alpha))
+    return _maybe_inplace(_tensor(input, "input", "selu"), inplace, _selu)
+
+
+def _selu(x):
+    return T._call("selu", _float(x, "selu"))
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError")
-    return _maybe_inplace(_tensor(input, "input", "celu"), inplace, lambda x: alpha * _elu(x / alpha, 1.0))
+    return _maybe_inplace(_tensor(input, "input", "celu"), inplace, _celu, alpha)
+
+
+def _celu(x, alpha):
+    return T._call("celu", _float(x, "celu"), float(alpha))
 
 
 def softsign(input) -> Tensor:
@@ -208,8 +215,11 @@ def _hardswish(x):
 
 def threshold(input, threshold: float, value: float, inplace: bool = False) -> Tensor:
     """``x`` where ``x > threshold``, else ``value``."""
-    return _maybe_inplace(_tensor(input, "input", "threshold"), inplace,
-                          lambda x: T.where(T.gt(x, threshold), x, value))
+    return _maybe_inplace(_tensor(input, "input", "threshold"), inplace, _threshold, threshold, value)
+
+
+def _threshold(x, threshold, value):
+    return T._call("threshold", x, float(threshold), float(value))
 
 
 def tanhshrink(input) -> Tensor:
