@@ -47,7 +47,7 @@ def test_bad_tags_name_the_entry_and_line(tags, needle):
 def test_shipped_facts_are_the_backends_former_lists():
     assert facts.ops_tagged("view") == {"expand", "view", "_unsafe_view", "t", "transpose.int", "permute",
                                         "unsqueeze", "squeeze.dim", "detach"}
-    assert facts.ops_tagged("fresh_result") == {"mm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
+    assert facts.ops_tagged("fresh_result") == {"mm", "addmm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
                                                 "where.self",
                                                 "flip", "keep_last_writes",  # numpy surface: shape

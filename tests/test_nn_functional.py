@@ -567,7 +567,12 @@ NAMED_NODES = [
     ("softplus", lambda F, x: F.softplus(x, beta=2.0)), ("logsigmoid", lambda F, x: F.logsigmoid(x)),
     ("mish", lambda F, x: F.mish(x)), ("hardsigmoid", lambda F, x: F.hardsigmoid(x)),
     ("hardswish", lambda F, x: F.hardswish(x)), ("celu", lambda F, x: F.celu(x, 0.7)), ("selu", lambda F, x: F.selu(x)),
-    ("threshold", lambda F, x: F.threshold(x, 0.1, -1.0)),
+    ("threshold", lambda F, x: F.threshold(x, 0.1, -1.0)), ("linear", lambda F, x: F.linear(x, x * 2)),
+    ("linear_bias", lambda F, x: F.linear(x, x * 2, x[:, 0])),
+    ("linear_bias_3d", lambda F, x: F.linear(x.reshape(1, 2, 3), x * 2, x[:, 0])),
+    ("linear_bias_1d", lambda F, x: F.linear(x[0], x * 2, x[:, 0])),
+    ("linear_bias_3d_contiguous", lambda F, x: F.linear(x.reshape(1, 2, 3), x * 2, x[:, 0].contiguous())),
+    ("linear_bias_1d_contiguous", lambda F, x: F.linear(x[0], x * 2, x[:, 0].contiguous())),
 ]
 
 

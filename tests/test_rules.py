@@ -185,6 +185,7 @@ SAMPLES = {
     "_log_softmax": lambda r: [(U(r, 3, 4), 1, False), (U(r, 3, 4), 0, False)],
     # linear algebra
     "mm": lambda r: (U(r, 2, 3), U(r, 3, 4)),
+    "addmm": lambda r: [(U(r, 4), U(r, 2, 3), U(r, 3, 4)), (U(r, 2, 4), U(r, 2, 3), U(r, 3, 4))],
     "mv": lambda r: (U(r, 2, 3), U(r, 3)),
     "dot": lambda r: (U(r, 3), U(r, 3)),
     "outer": lambda r: (U(r, 2), U(r, 3)),
@@ -830,6 +831,8 @@ TORCH_EQUIVALENT = {
     "_softmax": lambda L, x, dim, half: L.softmax(x, dim),
     "_log_softmax": lambda L, x, dim, half: L.log_softmax(x, dim),
     "mm": lambda L, a, b: L.mm(a, b),
+    "addmm": TorchCall(lambda L, b, m1, m2: L.addmm(b, m1, m2),
+                       lambda L, b, m1, m2: L.nn.functional.linear(m1, m2.t(), b)),
     "mv": lambda L, a, b: L.mv(a, b),
     "dot": lambda L, a, b: L.dot(a, b),
     "outer": lambda L, a, b: L.outer(a, b),

@@ -39,8 +39,13 @@ def _logsumexp(self, dim, keepdim=False):
 
 # torch.nn.functional's losses: one node each eagerly (MseLossBackward0...), their elementwise parts
 # and reductions in a compiled graph
+def _addmm(self, mat1, mat2):
+    return F.mm(mat1, mat2) + self
+
+
 DECOMPOSITIONS: dict[str, Callable] = {
     "logsumexp": _logsumexp,
+    "addmm": _addmm,
     "mse_loss": NNF._mse_loss_composite,
     "smooth_l1_loss": NNF._smooth_l1_loss_composite,
     "huber_loss": NNF._huber_loss_composite,

@@ -606,10 +606,22 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 # --- linear, dropout, normalisation, embeddings -----------------------------------------------
 
 def linear(input, weight, bias=None) -> Tensor:
-    """``input @ weight.T + bias``."""
+    """``input @ weight.T + bias``; with a bias, one addmm over the rows (AddmmBackward0), the other
+    shapes viewed as 2-d around it as PyTorch does."""
     x, w = _tensor(input, "input", "linear"), _tensor(weight, "weight", "linear")
-    out = T.matmul(x, T.t(w)) if w.ndim == 2 else T.matmul(x, w)
-    return out if bias is None else out + _tensor(bias, "bias", "linear")
+    if bias is None or w.ndim != 2 or x.ndim == 0:
+        out = T.matmul(x, T.t(w)) if w.ndim == 2 else T.matmul(x, w)
+        return out if bias is None else out + _tensor(bias, "bias", "linear")
+    b = _tensor(bias, "bias", "linear")
+    if x.shape[-1] != w.shape[1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({math.prod(x.shape[:-1])}x{x.shape[-1]} "
+                           f"and {w.shape[1]}x{w.shape[0]})")
+    if x.ndim == 2:
+        return T._call("addmm", b, x, T.t(w))
+    if not (x.is_contiguous() and b.is_contiguous()):   # PyTorch folds only contiguous tensors
+        return T.matmul(x, T.t(w)) + b
+    rows = T.reshape(x, (-1, x.shape[-1]))
+    return T.reshape(T._call("addmm", b, rows, T.t(w)), tuple(x.shape[:-1]) + (w.shape[0],))
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> Tensor:

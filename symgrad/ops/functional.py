@@ -1009,9 +1009,11 @@ def cat(tensors, dim: int = 0) -> Tensor:
 concat = concatenate = cat
 
 
-def contiguous(input) -> Tensor:
-    """The tensor itself (numpy-backed tensors need no re-layout for correctness)."""
-    return as_tensor(input)
+def contiguous(input, memory_format=None) -> Tensor:
+    """The tensor itself when its elements are in row-major order, else a row-major copy (CloneBackward0),
+    so that ``t.contiguous().is_contiguous()`` holds as in PyTorch."""
+    t = as_tensor(input)
+    return t if t.is_contiguous() else clone(t)
 
 
 # --- formula vocabulary in its differentiable form (create_graph=True) ---------------------

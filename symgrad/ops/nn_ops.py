@@ -87,6 +87,11 @@ def _dropout_mask(input, p, draw=None):
     return F._call("_dropout_mask", F.as_tensor(input), float(p), next(_draws) if draw is None else int(draw))
 
 
+@forward("addmm", dtype_rule="promote")
+def _addmm_fwd(self, mat1, mat2):
+    return np.matmul(mat1, mat2) + self
+
+
 # --- losses with a node of their own in PyTorch (MseLossBackward0, NllLossBackward0...) ----------
 # ``reduction`` is PyTorch's enum: 0 none, 1 mean, 2 sum.  symgrad.nn.functional calls these with
 # tensors of one shape; a compiled graph records them as the compositions of
