@@ -436,6 +436,33 @@ def test_saved_tensors_hooks_double_backward():
     run_both(saved_hooks_double_backward)
 
 
+def raw_saved_hooks_see_data_and_keep_double_backward(lib):
+    # register_hooks on grad_fn._raw_saved_*: the pack hook gets the saved data without autograd
+    # metadata (not the leaf itself), and the graph still differentiates through the unpacked value
+    log = []
+    x = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
+
+    def pack(t):
+        log.append(["pack", t.requires_grad, t is x, t.grad_fn is None, vals(t)])
+        return t
+
+    def unpack(t):
+        log.append(["unpack", t.requires_grad])
+        return t
+
+    for make in (lambda: x.pow(2), lambda: (x * 3).pow(3)):   # a leaf saved, then a non-leaf
+        y = make()
+        y.grad_fn._raw_saved_self.register_hooks(pack, unpack)
+        (g,) = lib.autograd.grad(y.sum(), x, create_graph=True)
+        (gg,) = lib.autograd.grad(g.sum(), x)
+        log += [vals(g), vals(gg)]
+    return log
+
+
+def test_raw_saved_hooks_see_data_and_keep_double_backward():
+    run_both(raw_saved_hooks_see_data_and_keep_double_backward)
+
+
 def saved_hooks_errors(lib):
     graph = lib.autograd.graph
     log = []

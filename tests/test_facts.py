@@ -48,11 +48,12 @@ def test_shipped_facts_are_the_backends_former_lists():
     assert facts.ops_tagged("view") == {"expand", "view", "_unsafe_view", "t", "transpose.int", "permute",
                                         "unsqueeze", "squeeze.dim", "detach",
                                         "_check_range"}  # torch.nn.functional
-    assert facts.ops_tagged("fresh_result") == {"mm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
+    assert facts.ops_tagged("fresh_result") == {"mm", "addmm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
                                                 "where.self",
                                                 "flip", "keep_last_writes",  # numpy surface: shape
                                                 "_im2col", "_col2im", "_dropout_mask",  # torch.nn.functional
+                                                "nll_loss_backward",
                                                 # torch surface: selection and repetition
                                                 "gather", "value_selecting_reduction_backward", "repeat",
                                                 "repeat_backward", "masked_fill.Scalar"}

@@ -62,6 +62,9 @@ CASES = [
     ("logsigmoid", lambda F, x: F.logsigmoid(x), [_uniform(-40, 40, 5, 3)], [0], True),
     ("elu", lambda F, x: F.elu(x, alpha=0.7), [_normal(3, 4)], [0], True),
     ("elu_at_zero", lambda F, x: F.elu(x), [_fixed([0.0, 100.0, -2.0])], [0], True),
+    ("celu_at_zero", lambda F, x: F.celu(x, 0.5), [_fixed([0.0, 100.0, -2.0, -800.0])], [0], True),
+    ("selu_at_zero", lambda F, x: F.selu(x), [_fixed([0.0, 100.0, -2.0, -800.0])], [0], True),
+    ("threshold_at_threshold", lambda F, x: F.threshold(x, 0.5, 3.0), [_fixed([0.5, 0.4, 0.6, -1.0])], [0], True),
     ("leaky_relu", lambda F, x: F.leaky_relu(x, 0.2), [_normal(3, 4)], [0], True),
     ("hardtanh", lambda F, x: F.hardtanh(x, -0.5, 0.5), [_normal(3, 4)], [0], True),
     ("hardtanh_bounds", lambda F, x: F.hardtanh(x), [_fixed([-1.0, 1.0, 0.5, -3.0])], [0], True),
@@ -124,6 +127,24 @@ CASES = [
     ("bce_logits_pos_weight", lambda F, x, y, w, pw: F.binary_cross_entropy_with_logits(x, y, weight=w, pos_weight=pw,
                                                                                          reduction="sum"),
      [_normal(5, 3), _uniform(0, 1, 5, 3), _uniform(0, 1, 5, 1), _uniform(0.5, 3, 3)], [0, 1], True),
+    ("mse_loss_none", lambda F, x, y: F.mse_loss(x, y, reduction="none"), [_normal(3, 4), _normal(3, 4)], [0, 1],
+     True),
+    ("mse_loss_broadcast", lambda F, x, y: F.mse_loss(x, y), [_normal(3, 4), _normal(4)], [0, 1], True),
+    ("smooth_l1_none", lambda F, x, y: F.smooth_l1_loss(x, y, reduction="none", beta=0.7),
+     [_normal(5, 4), _normal(5, 4)], [0, 1], True),
+    ("huber_sum", lambda F, x, y: F.huber_loss(x, y, reduction="sum", delta=0.4), [_normal(5, 4), _normal(5, 4)],
+     [0, 1], True),
+    ("nll_loss_unbatched", lambda F, x, t: F.nll_loss(x, t), [_normal(5), _fixed(np.int64(3))], [0], True),
+    ("nll_loss_unbatched_none", lambda F, x, t: F.nll_loss(x, t, reduction="none"), [_normal(5), _fixed(np.int64(1))],
+     [0], True),
+    ("nll_loss_mean_weight_ignore_4d", lambda F, x, t, w: F.nll_loss(x, t, weight=w, ignore_index=1),
+     [_normal(2, 3, 4), _ints(0, 3, 2, 4), _uniform(0.5, 2, 3)], [0], True),
+    ("bce_sum", lambda F, x, y: F.binary_cross_entropy(x, y, reduction="sum"),
+     [_uniform(0.05, 0.95, 4, 3), _uniform(0, 1, 4, 3)], [0, 1], True),
+    ("bce_logits_none", lambda F, x, y: F.binary_cross_entropy_with_logits(x, y, reduction="none"),
+     [_uniform(-30, 30, 5, 3), _uniform(0, 1, 5, 3)], [0, 1], True),
+    ("bce_logits_pos_weight_mean", lambda F, x, y, pw: F.binary_cross_entropy_with_logits(x, y, pos_weight=pw),
+     [_normal(5, 3), _uniform(0, 1, 5, 3), _uniform(0.5, 3, 3)], [0, 1], True),
     ("kl_div_batchmean", lambda F, x, y: F.kl_div(F.log_softmax(x, 1), y, reduction="batchmean"),
      [_normal(4, 5), _probs(4, 5)], [0, 1], True),
     ("kl_div_zero_target", lambda F, x, y: F.kl_div(x, y, reduction="sum"),
@@ -228,6 +249,8 @@ CASES = [
 # No second-order comparison for these, and why.
 NO_TORCH_DOUBLE = {
     "elu_at_zero": "at x = 0 torch's first derivative takes the x <= 0 side (alpha), its second the x > 0 side (0)",
+    "celu_at_zero": "as elu_at_zero (torch computes celu with its elu kernel)",
+    "selu_at_zero": "as elu_at_zero (torch computes selu with its elu kernel)",
     "normalize_zero_row": "torch's second derivative is nan at a zero row; symgrad's is 0 (its first is 0 there too)",
     "sdpa_gqa": "torch has no double backward for its grouped-query attention kernel",
     "hardsigmoid": "torch has no double backward for hardsigmoid",
@@ -540,8 +563,70 @@ NAMED_NODES = [
     ("gelu_tanh", lambda F, x: F.gelu(x, approximate="tanh")), ("leaky_relu", lambda F, x: F.leaky_relu(x, 0.1)),
     ("hardtanh", lambda F, x: F.hardtanh(x)), ("relu6", lambda F, x: F.relu6(x)), ("elu", lambda F, x: F.elu(x)),
     ("sigmoid", lambda F, x: F.sigmoid(x)), ("tanh", lambda F, x: F.tanh(x)), ("softmax", lambda F, x: F.softmax(x, 1)),
-    ("log_softmax", lambda F, x: F.log_softmax(x, 1)),
+    ("log_softmax", lambda F, x: F.log_softmax(x, 1)), ("silu", lambda F, x: F.silu(x)),
+    ("softplus", lambda F, x: F.softplus(x, beta=2.0)), ("logsigmoid", lambda F, x: F.logsigmoid(x)),
+    ("mish", lambda F, x: F.mish(x)), ("hardsigmoid", lambda F, x: F.hardsigmoid(x)),
+    ("hardswish", lambda F, x: F.hardswish(x)), ("celu", lambda F, x: F.celu(x, 0.7)), ("selu", lambda F, x: F.selu(x)),
+    ("threshold", lambda F, x: F.threshold(x, 0.1, -1.0)), ("linear", lambda F, x: F.linear(x, x * 2)),
+    ("linear_bias", lambda F, x: F.linear(x, x * 2, x[:, 0])),
+    ("linear_bias_3d", lambda F, x: F.linear(x.reshape(1, 2, 3), x * 2, x[:, 0])),
+    ("linear_bias_1d", lambda F, x: F.linear(x[0], x * 2, x[:, 0])),
+    ("linear_bias_3d_contiguous", lambda F, x: F.linear(x.reshape(1, 2, 3), x * 2, x[:, 0].contiguous())),
+    ("linear_bias_1d_contiguous", lambda F, x: F.linear(x[0], x * 2, x[:, 0].contiguous())),
 ]
+
+
+# losses PyTorch records as one node (l1_loss is a composition there too: MeanBackward0)
+_PROBS, _CLASSES = np.array([[0.2, 0.7, 0.5], [0.9, 0.1, 0.4]]), np.array([2, 0])
+NAMED_LOSSES = [
+    (f"{name}_{reduction}", call, reduction)
+    for name, call in [
+        ("mse_loss", lambda F, x, L, r: F.mse_loss(x, L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("l1_loss", lambda F, x, L, r: F.l1_loss(x, L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("smooth_l1_loss", lambda F, x, L, r: F.smooth_l1_loss(x, L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("huber_loss", lambda F, x, L, r: F.huber_loss(x, L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("bce", lambda F, x, L, r: F.binary_cross_entropy(F.sigmoid(x), L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("bce_weight", lambda F, x, L, r: F.binary_cross_entropy(F.sigmoid(x), L.tensor(_PROBS).to(x.dtype),
+                                                                  weight=L.tensor(_PROBS).to(x.dtype), reduction=r)),
+        ("bce_with_logits", lambda F, x, L, r: F.binary_cross_entropy_with_logits(x, L.tensor(_PROBS).to(x.dtype),
+                                                                                  reduction=r)),
+        ("bce_with_logits_pos_weight", lambda F, x, L, r: F.binary_cross_entropy_with_logits(
+            x, L.tensor(_PROBS).to(x.dtype), pos_weight=L.tensor(_PROBS[0]).to(x.dtype), reduction=r)),
+        ("nll_loss", lambda F, x, L, r: F.nll_loss(x, L.tensor(_CLASSES), reduction=r)),
+        ("nll_loss_unbatched", lambda F, x, L, r: F.nll_loss(x[0], L.tensor(_CLASSES[0]), reduction=r)),
+        ("cross_entropy", lambda F, x, L, r: F.cross_entropy(x, L.tensor(_CLASSES), reduction=r)),
+        ("cross_entropy_unbatched", lambda F, x, L, r: F.cross_entropy(x[1], L.tensor(_CLASSES[1]), reduction=r)),
+    ]
+    for reduction in ("mean", "sum", "none")
+]
+
+
+@pytest.mark.parametrize("name,call,reduction", NAMED_LOSSES, ids=[c[0] for c in NAMED_LOSSES])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_loss_grad_fn_names_and_values_match_torch(name, call, reduction, dtype):
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(dtype)
+    got = call(SF, symgrad.tensor(x, requires_grad=True), symgrad, reduction)
+    want = call(TF, torch.tensor(x, requires_grad=True), torch, reduction)
+    assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__
+    assert str(got.dtype).replace("symgrad.", "") == str(want.dtype).replace("torch.", "")
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
+
+
+def test_losses_are_decomposed_in_compiled_graphs():
+    """A compiled graph holds a loss's elementwise parts and reduction (fused), not the eager op."""
+    x, t = np.random.default_rng(2).standard_normal((2, 3)), _PROBS
+    programs = {
+        "mse_loss": lambda a, b: SF.mse_loss(a, b),
+        "smooth_l1_loss": lambda a, b: SF.smooth_l1_loss(a, b),
+        "huber_loss": lambda a, b: SF.huber_loss(a, b, reduction="sum"),
+        "binary_cross_entropy": lambda a, b: SF.binary_cross_entropy(SF.sigmoid(a), b),
+        "binary_cross_entropy_with_logits": lambda a, b: SF.binary_cross_entropy_with_logits(a, b),
+        "nll_loss": lambda a, b: SF.nll_loss(a, symgrad.tensor(_CLASSES)),
+    }
+    for op, program in programs.items():
+        graph = symgrad.trace(program, x, t)
+        assert op not in [n.op for n in graph.nodes], op
 
 
 @pytest.mark.parametrize("call", [c[1] for c in NAMED_NODES], ids=[c[0] for c in NAMED_NODES])
@@ -550,3 +635,28 @@ def test_grad_fn_names_match_torch(call):
     got = call(SF, symgrad.tensor(x, requires_grad=True))
     want = call(TF, torch.tensor(x, requires_grad=True))
     assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__
+
+
+def _activations_and_losses(x, y):
+    return ((SF.silu(x) + SF.mish(x) + SF.softplus(x, beta=2.0, threshold=3.0) + SF.logsigmoid(x) + SF.hardswish(x)
+             + SF.hardsigmoid(x) + SF.selu(x) + SF.celu(x, 0.5) + SF.threshold(x, 0.1, -2.0)).sum()
+            + SF.mse_loss(x, y) + SF.binary_cross_entropy_with_logits(x, SF.sigmoid(y))
+            + SF.huber_loss(x, y, delta=0.5) + SF.smooth_l1_loss(x, y, reduction="sum"))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_named_activations_and_losses_compile_as_eager(backend):
+    """The activations (elementwise rule-table ops) and the losses (decomposed when traced) compiled."""
+    r = np.random.default_rng(0)
+    xa, ya = r.uniform(-5, 5, (6, 5)), r.standard_normal((6, 5))
+    compiled = symgrad.compile(_activations_and_losses, backend=backend)
+    x, y = symgrad.tensor(xa, requires_grad=True), symgrad.tensor(ya, requires_grad=True)
+    out = compiled(x, y)
+    out.backward()
+    x2, y2 = symgrad.tensor(xa, requires_grad=True), symgrad.tensor(ya, requires_grad=True)
+    want = _activations_and_losses(x2, y2)
+    want.backward()
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    np.testing.assert_allclose(out.item(), want.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(y.grad.numpy(), y2.grad.numpy(), rtol=1e-10, atol=1e-12)

@@ -448,5 +448,5 @@ def test_docs_examples_run():
     ns: dict = {}
     for block in blocks:
         exec(compile(block, str(DOCS), "exec"), ns)
-    assert type(ns["softplus"](ns["x"]).grad_fn).__name__ == "SoftplusBackward0"
-    prove("gelu")
+    assert type(ns["softplus"](ns["x"]).grad_fn).__name__ == "SmoothReluBackward0"
+    prove("gelu_erf")

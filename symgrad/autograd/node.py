@@ -258,7 +258,7 @@ class PackedSaved:
 
     __slots__ = ("packed", "unpack_hook", "edge", "output_nr")
 
-    def __init__(self, tensor, pack_hook, unpack_hook, output_nr: int = -1) -> None:
+    def __init__(self, tensor, pack_hook, unpack_hook, output_nr: int = -1, data_only: bool = False) -> None:
         self.unpack_hook = unpack_hook
         self.output_nr = output_nr  # >= 0: an output of the node itself (no edge kept: it would be a cycle)
         if output_nr < 0:
@@ -267,7 +267,9 @@ class PackedSaved:
             self.edge = gradient_edge(tensor)
         else:
             self.edge = None
-        self.packed = pack_hook(tensor)
+        # data_only: the hook sees the saved data without its autograd metadata (PyTorch's
+        # _raw_saved_*.register_hooks); the graph edge kept above still links the unpacked value back
+        self.packed = pack_hook(tensor.detach() if data_only else tensor)
 
     def check(self, node: Node, name: str) -> None:
         pass
@@ -462,9 +464,9 @@ class SavedTensor:
             value.check(node, self._key)
             tensor = value.unpack_tensor(node)
             saved[self._key] = PackedSaved(tensor, pack_hook, unpack_hook,
-                                           value.node_output if value.is_output else -1)
+                                           value.node_output if value.is_output else -1, data_only=True)
         elif isinstance(value, _Tensor):
-            saved[self._key] = PackedSaved(value, pack_hook, unpack_hook)
+            saved[self._key] = PackedSaved(value, pack_hook, unpack_hook, data_only=True)
         else:
             raise TypeError(f"{type(node).__name__}._raw_saved_{self._key} is not a tensor: no hooks can be set")
         if node._versions is not None:

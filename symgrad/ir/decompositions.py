@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..nn import functional as NNF
 from ..ops import functional as F
 
 
@@ -36,6 +37,20 @@ def _logsumexp(self, dim, keepdim=False):
     return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims))
 
 
+# torch.nn.functional's losses: one node each eagerly (MseLossBackward0...), their elementwise parts
+# and reductions in a compiled graph
+def _addmm(self, mat1, mat2):
+    return F.mm(mat1, mat2) + self
+
+
 DECOMPOSITIONS: dict[str, Callable] = {
     "logsumexp": _logsumexp,
+    "addmm": _addmm,
+    "mse_loss": NNF._mse_loss_composite,
+    "smooth_l1_loss": NNF._smooth_l1_loss_composite,
+    "huber_loss": NNF._huber_loss_composite,
+    "binary_cross_entropy": NNF._binary_cross_entropy_composite,
+    "binary_cross_entropy_with_logits": NNF._binary_cross_entropy_with_logits_composite,
+    "nll_loss": NNF._nll_loss_composite,
+    "nll_loss2d": NNF._nll_loss_composite,
 }

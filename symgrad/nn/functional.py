@@ -1,7 +1,9 @@
 """``torch.nn.functional``: activations, losses, normalisation, convolution, pooling and attention.
 
 Every function here is a composition of symgrad ops that have rules in the rule table, so its
-gradients (of every order) come from ``derivatives.yaml`` like any other op's.  Convolution and
+gradients (of every order) come from ``derivatives.yaml`` like any other op's.  The losses PyTorch
+records as one node (``MseLossBackward0``, ``NllLossBackward0``, ``BinaryCrossEntropyWithLogitsBackward0``...)
+are such ops themselves; a compiled graph records their compositions (``_*_composite`` below) instead.  Convolution and
 pooling gather windows with the ``_im2col`` primitive and then use one matmul (BLAS) or one
 reduction; its transpose ``_col2im`` is the gradient.  The signatures are PyTorch 2.x's.
 
@@ -23,9 +25,21 @@ import warnings
 import numpy as np
 
 from .. import dtypes as _dt
+from ..autograd.grad_mode import is_grad_enabled
 from ..ops import functional as T
 from ..ops import registry
-from ..ops.nn_ops import CONV_ORDER, POOL_ORDER, _check_range, _dropout_mask, _im2col, check_range, window_count
+from ..ops.nn_ops import (
+    CONV_ORDER,
+    POOL_ORDER,
+    REDUCTIONS,
+    _check_range,
+    _dropout_mask,
+    _im2col,
+    check_range,
+    nll_loss2d_op,
+    nll_loss_op,
+    window_count,
+)
 from ..tensor import Tensor
 
 __all__ = [
@@ -98,7 +112,7 @@ def gelu(input, approximate: str = "none") -> Tensor:
 
 
 def _silu(x):
-    return x * T.sigmoid(x)
+    return T._call("silu", _float(x, "silu"))
 
 
 def silu(input, inplace: bool = False) -> Tensor:
@@ -117,17 +131,12 @@ def _softplus_unit(z: Tensor) -> Tensor:
 
 def softplus(input, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
-    x = _tensor(input, "input", "softplus")
-    z = x * beta if beta != 1 else x
-    soft = _softplus_unit(z)
-    if beta != 1:
-        soft = soft / beta
-    return T.where(T.gt(z, threshold), x, soft)
+    return T._call("softplus", _float(_tensor(input, "input", "softplus"), "softplus"), float(beta), float(threshold))
 
 
 def logsigmoid(input) -> Tensor:
-    """``log(sigmoid(x))``, computed without overflow."""
-    return -_softplus_unit(-_tensor(input, "input", "logsigmoid"))
+    """``log(sigmoid(x))``, computed without overflow (LogSigmoidBackward0)."""
+    return T._call("log_sigmoid", _float(_tensor(input, "input", "logsigmoid"), "logsigmoid"))
 
 
 def _elu(x, alpha):
@@ -165,15 +174,22 @@ def relu6(input, inplace: bool = False) -> Tensor:
 
 def selu(input, inplace: bool = False) -> Tensor:
     """``scale * elu(x, alpha)`` with the self-normalising constants."""
-    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-    return _maybe_inplace(_tensor(input, "input", "selu"), inplace, lambda x: scale * _elu(x, alpha))
+    return _maybe_inplace(_tensor(input, "input", "selu"), inplace, _selu)
+
+
+def _selu(x):
+    return T._call("selu", _float(x, "selu"))
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError")
-    return _maybe_inplace(_tensor(input, "input", "celu"), inplace, lambda x: alpha * _elu(x / alpha, 1.0))
+    return _maybe_inplace(_tensor(input, "input", "celu"), inplace, _celu, alpha)
+
+
+def _celu(x, alpha):
+    return T._call("celu", _float(x, "celu"), float(alpha))
 
 
 def softsign(input) -> Tensor:
@@ -183,25 +199,38 @@ def softsign(input) -> Tensor:
 
 def mish(input, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
-    return _maybe_inplace(_tensor(input, "input", "mish"), inplace, lambda x: x * T.tanh(_softplus_unit(x)))
+    return _maybe_inplace(_tensor(input, "input", "mish"), inplace, _mish)
+
+
+def _mish(x):
+    return T._call("mish", _float(x, "mish"))
 
 
 def hardsigmoid(input, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6``; gradient 1/6 strictly inside (-3, 3)."""
-    return _maybe_inplace(_tensor(input, "input", "hardsigmoid"), inplace,
-                          lambda x: _hardtanh(x + 3.0, 0.0, 6.0) / 6.0)
+    return _maybe_inplace(_tensor(input, "input", "hardsigmoid"), inplace, _hardsigmoid)
+
+
+def _hardsigmoid(x):
+    return T._call("hardsigmoid", _float(x, "hardsigmoid"))
 
 
 def hardswish(input, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``."""
-    return _maybe_inplace(_tensor(input, "input", "hardswish"), inplace,
-                          lambda x: x * T.clamp(x + 3.0, 0.0, 6.0) / 6.0)
+    return _maybe_inplace(_tensor(input, "input", "hardswish"), inplace, _hardswish)
+
+
+def _hardswish(x):
+    return T._call("hardswish", _float(x, "hardswish"))
 
 
 def threshold(input, threshold: float, value: float, inplace: bool = False) -> Tensor:
     """``x`` where ``x > threshold``, else ``value``."""
-    return _maybe_inplace(_tensor(input, "input", "threshold"), inplace,
-                          lambda x: T.where(T.gt(x, threshold), x, value))
+    return _maybe_inplace(_tensor(input, "input", "threshold"), inplace, _threshold, threshold, value)
+
+
+def _threshold(x, threshold, value):
+    return T._call("threshold", x, float(threshold), float(value))
 
 
 def tanhshrink(input) -> Tensor:
@@ -254,6 +283,9 @@ def _reduction(size_average, reduce, reduction: str) -> str:
     return reduction
 
 
+_REDUCTION_NAMES = {code: name for name, code in REDUCTIONS.items()}
+
+
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
         return T.mean(loss)
@@ -271,6 +303,31 @@ def _pointwise_inputs(input, target, op: str) -> tuple[Tensor, Tensor]:
     return x, t
 
 
+def _common_dtype(x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    """Input and target in their promoted dtype (a loss op computes in its input's dtype)."""
+    common = T.result_type(x, t)
+    return (x if x.dtype == common else T.to(x, common)), (t if t.dtype == common else T.to(t, common))
+
+
+def _same_shape(x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    """Input and target in one dtype, broadcast to one shape (the loss ops take equal shapes, as PyTorch
+    expands them)."""
+    x, t = _common_dtype(x, t)
+    if tuple(x.shape) == tuple(t.shape):
+        return x, t
+    shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(t.shape)))
+    return T.expand(x, shape), T.expand(t, shape)
+
+
+def _constant_weight(weight, name: str, op: str) -> Tensor:
+    """A loss's weight, which gets no gradient in PyTorch: one that asks for one is refused, not dropped."""
+    w = _tensor(weight, name, op)
+    if w.requires_grad and is_grad_enabled():
+        raise RuntimeError(f"The function '{op}' is not differentiable with respect to argument '{name}'. This input "
+                           f"cannot have requires_grad True.")
+    return w
+
+
 def _weighted(loss: Tensor, weight) -> Tensor:
     return loss if weight is None else loss * _tensor(weight, "weight", "loss")
 
@@ -279,8 +336,15 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     """Mean squared error ``(x - y) ** 2``, optionally weighted per element."""
     reduction = _reduction(size_average, reduce, reduction)
     x, t = _pointwise_inputs(input, target, "mse_loss")
+    if weight is not None:
+        d = x - t
+        return _reduce(_weighted(d * d, weight), reduction)
+    return T._call("mse_loss", *_same_shape(x, t), REDUCTIONS[reduction])
+
+
+def _mse_loss_composite(x: Tensor, t: Tensor, reduction: int) -> Tensor:
     d = x - t
-    return _reduce(_weighted(d * d, weight), reduction)
+    return _reduce(d * d, _REDUCTION_NAMES[reduction])
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None) -> Tensor:
@@ -297,10 +361,14 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, t = _pointwise_inputs(input, target, "smooth_l1_loss")
-    d = T.abs(x - t)
     if beta == 0:
-        return _reduce(d, reduction)
-    return _reduce(T.where(T.lt(d, beta), (0.5 / beta) * d * d, d - 0.5 * beta), reduction)
+        return _reduce(T.abs(x - t), reduction)
+    return T._call("smooth_l1_loss", *_same_shape(x, t), REDUCTIONS[reduction], float(beta))
+
+
+def _smooth_l1_loss_composite(x: Tensor, t: Tensor, reduction: int, beta: float) -> Tensor:
+    d = T.abs(x - t)
+    return _reduce(T.where(T.lt(d, beta), (0.5 / beta) * d * d, d - 0.5 * beta), _REDUCTION_NAMES[reduction])
 
 
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
@@ -309,9 +377,16 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     x, t = _pointwise_inputs(input, target, "huber_loss")
+    if weight is None:
+        return T._call("huber_loss", *_same_shape(x, t), REDUCTIONS[reduction], float(delta))
     d = T.abs(x - t)
     loss = T.where(T.lt(d, delta), 0.5 * d * d, delta * (d - 0.5 * delta))
     return _reduce(_weighted(loss, weight), reduction)
+
+
+def _huber_loss_composite(x: Tensor, t: Tensor, reduction: int, delta: float) -> Tensor:
+    d = T.abs(x - t)
+    return _reduce(T.where(T.lt(d, delta), 0.5 * d * d, delta * (d - 0.5 * delta)), _REDUCTION_NAMES[reduction])
 
 
 def _class_layout(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tensor, bool]:
@@ -373,18 +448,54 @@ def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str)
     return loss, sample_w
 
 
+def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str, op: str) -> Tensor:
+    """The NllLossBackward0 op on log-probabilities (N, C, d...) or (C,), after PyTorch's checks."""
+    if target.dtype not in (_dt.int64, _dt.int32, _dt.int16, _dt.int8, _dt.uint8):
+        raise RuntimeError(f"{op}: expected target of an integer dtype (class indices), got {target.dtype}")
+    batched = logp.ndim > 1
+    classes = logp.shape[1] if batched else logp.shape[0]
+    want = ((logp.shape[0],) + tuple(logp.shape[2:])) if batched else ()
+    if tuple(target.shape) != want:
+        raise ValueError(f"{op}: expected target of shape {list(want)}, got {list(target.shape)}")
+    target = _checked_targets(target, classes, ignore_index, op)
+    if weight is None:
+        w = T.as_tensor(np.ones(classes, dtype=logp._data.dtype))
+    else:
+        w = _constant_weight(weight, "weight", op)
+        if w.ndim != 1 or w.shape[0] != classes:
+            raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but "
+                               f"got weight tensor of shape: {list(w.shape)}")
+    if logp.ndim <= 2:
+        return nll_loss_op(logp, target, w, REDUCTIONS[reduction], ignore_index)
+    if logp.ndim == 4:
+        return nll_loss2d_op(logp, target, w, REDUCTIONS[reduction], ignore_index)
+    # PyTorch views other spatial layouts as (N, C, H, W), and its unreduced loss back
+    n, c = logp.shape[:2]
+    loss = nll_loss2d_op(T.reshape(logp, (n, c, logp.shape[2], -1)), T.reshape(target, (n, target.shape[1], -1)), w,
+                         REDUCTIONS[reduction], ignore_index)
+    return T.reshape(loss, tuple(target.shape)) if reduction == "none" else loss
+
+
+def _nll_loss_composite(logp: Tensor, target: Tensor, weight: Tensor, reduction: int, ignore_index: int) -> Tensor:
+    unbatched = logp.ndim == 1
+    if unbatched:
+        logp, target = T.unsqueeze(logp, 0), T.unsqueeze(target, 0)
+    loss, sample_w = _nll_parts(logp, target, weight, ignore_index, "nll_loss")
+    if reduction == 1:
+        return T.sum(loss) / T.sum(sample_w)
+    if reduction == 2:
+        return T.sum(loss)
+    return T.squeeze(loss, 0) if unbatched else loss
+
+
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class indices, given log-probabilities of shape (N, C, d...) or (C,)."""
     reduction = _reduction(size_average, reduce, reduction)
-    x, t, unbatched = _class_layout(_tensor(input, "input", "nll_loss"), _tensor(target, "target", "nll_loss"),
-                                    "nll_loss")
-    loss, sample_w = _nll_parts(x, t, weight, ignore_index, "nll_loss")
-    if reduction == "mean":
-        return T.sum(loss) / T.sum(sample_w)
-    if reduction == "sum":
-        return T.sum(loss)
-    return T.squeeze(loss, 0) if unbatched else loss
+    x, t = _tensor(input, "input", "nll_loss"), _tensor(target, "target", "nll_loss")
+    if x.ndim == 0:
+        raise ValueError("nll_loss: input must have at least 1 dimension (the classes), got a 0-d tensor")
+    return _nll(x, t, weight, ignore_index, reduction, "nll_loss")
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
@@ -415,24 +526,20 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
             return T.sum(loss)
         return T.squeeze(loss, 0) if unbatched else loss
 
+    if label_smoothing == 0:
+        return _nll(T.squeeze(logp, 0) if unbatched else logp, T.squeeze(t, 0) if unbatched else t, weight,
+                    ignore_index, reduction, "cross_entropy")
     loss, sample_w = _nll_parts(logp, t, weight, ignore_index, "cross_entropy")
-    if label_smoothing > 0:
-        keep = T.ne(t, ignore_index)
-        smooth = -T.sum(logp if w is None else logp * w, 1)
-        smooth = T.where(keep, smooth, 0.0)
-        if reduction == "mean":
-            nll, smooth = T.sum(loss) / T.sum(sample_w), T.sum(smooth) / T.sum(sample_w)
-        elif reduction == "sum":
-            nll, smooth = T.sum(loss), T.sum(smooth)
-        else:
-            nll = loss
-        out = (1.0 - label_smoothing) * nll + (label_smoothing / classes) * smooth
-    elif reduction == "mean":
-        out = T.sum(loss) / T.sum(sample_w)
+    keep = T.ne(t, ignore_index)
+    smooth = -T.sum(logp if w is None else logp * w, 1)
+    smooth = T.where(keep, smooth, 0.0)
+    if reduction == "mean":
+        nll, smooth = T.sum(loss) / T.sum(sample_w), T.sum(smooth) / T.sum(sample_w)
     elif reduction == "sum":
-        out = T.sum(loss)
+        nll, smooth = T.sum(loss), T.sum(smooth)
     else:
-        out = loss
+        nll = loss
+    out = (1.0 - label_smoothing) * nll + (label_smoothing / classes) * smooth
     return T.squeeze(out, 0) if unbatched and reduction == "none" else out
 
 
@@ -452,8 +559,14 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                          f"deprecated. Please ensure they have the same size.")
     x = _checked(x, 0.0, 1.0, None, "RuntimeError",
                  "binary_cross_entropy: all elements of input should be between 0 and 1 (found {value})")
+    x, t = _common_dtype(x, t)
+    w = _const(1.0, x) if weight is None else _constant_weight(weight, "weight", "binary_cross_entropy")
+    return T._call("binary_cross_entropy", x, t, w, REDUCTIONS[reduction])
+
+
+def _binary_cross_entropy_composite(x: Tensor, t: Tensor, weight: Tensor, reduction: int) -> Tensor:
     loss = -(t * _floored_log(x) + (1.0 - t) * _floored_log(1.0 - x))
-    return _reduce(_weighted(loss, weight), reduction)
+    return _reduce(loss * weight, _REDUCTION_NAMES[reduction])
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
@@ -465,13 +578,18 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     t = _tensor(target, "target", "binary_cross_entropy_with_logits")
     if tuple(x.shape) != tuple(t.shape):
         raise ValueError(f"Target size ({t.shape}) must be the same as input size ({x.shape})")
+    op = "binary_cross_entropy_with_logits"
+    x, t = _common_dtype(x, t)
+    w = _const(1.0, x) if weight is None else _constant_weight(weight, "weight", op)
+    pw = _const(1.0, x) if pos_weight is None else _constant_weight(pos_weight, "pos_weight", op)
+    return T._call(op, x, t, w, pw, REDUCTIONS[reduction])
+
+
+def _binary_cross_entropy_with_logits_composite(x: Tensor, t: Tensor, weight: Tensor, pos_weight: Tensor,
+                                                reduction: int) -> Tensor:
     softplus_neg = _softplus_unit(-x)          # -log(sigmoid(x))
-    if pos_weight is None:
-        loss = (1.0 - t) * x + softplus_neg
-    else:
-        pw = _tensor(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
-        loss = (1.0 - t) * x + (1.0 + (pw - 1.0) * t) * softplus_neg
-    return _reduce(_weighted(loss, weight), reduction)
+    loss = (1.0 - t) * x + (1.0 + (pos_weight - 1.0) * t) * softplus_neg
+    return _reduce(loss * weight, _REDUCTION_NAMES[reduction])
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> Tensor:
@@ -501,10 +619,22 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 # --- linear, dropout, normalisation, embeddings -----------------------------------------------
 
 def linear(input, weight, bias=None) -> Tensor:
-    """``input @ weight.T + bias``."""
+    """``input @ weight.T + bias``; with a bias, one addmm over the rows (AddmmBackward0), the other
+    shapes viewed as 2-d around it as PyTorch does."""
     x, w = _tensor(input, "input", "linear"), _tensor(weight, "weight", "linear")
-    out = T.matmul(x, T.t(w)) if w.ndim == 2 else T.matmul(x, w)
-    return out if bias is None else out + _tensor(bias, "bias", "linear")
+    if bias is None or w.ndim != 2 or x.ndim == 0:
+        out = T.matmul(x, T.t(w)) if w.ndim == 2 else T.matmul(x, w)
+        return out if bias is None else out + _tensor(bias, "bias", "linear")
+    b = _tensor(bias, "bias", "linear")
+    if x.shape[-1] != w.shape[1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({math.prod(x.shape[:-1])}x{x.shape[-1]} "
+                           f"and {w.shape[1]}x{w.shape[0]})")
+    if x.ndim == 2:
+        return T._call("addmm", b, x, T.t(w))
+    if not (x.is_contiguous() and b.is_contiguous()):   # PyTorch folds only contiguous tensors
+        return T.matmul(x, T.t(w)) + b
+    rows = T.reshape(x, (-1, x.shape[-1]))
+    return T.reshape(T._call("addmm", b, rows, T.t(w)), tuple(x.shape[:-1]) + (w.shape[0],))
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> Tensor:

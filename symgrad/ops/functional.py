@@ -28,6 +28,7 @@ from ..rules.vocab import (
     _np_prod_backward_all,
     _np_reverse_cumsum,
     normalize_dims,
+    reduced_grad,  # noqa: F401  (a formula helper: same code on Tensors)
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor, is_numpy_face
@@ -1008,9 +1009,11 @@ def cat(tensors, dim: int = 0) -> Tensor:
 concat = concatenate = cat
 
 
-def contiguous(input) -> Tensor:
-    """The tensor itself (numpy-backed tensors need no re-layout for correctness)."""
-    return as_tensor(input)
+def contiguous(input, memory_format=None) -> Tensor:
+    """The tensor itself when its elements are in row-major order, else a row-major copy (CloneBackward0),
+    so that ``t.contiguous().is_contiguous()`` holds as in PyTorch."""
+    t = as_tensor(input)
+    return t if t.is_contiguous() else clone(t)
 
 
 # --- formula vocabulary in its differentiable form (create_graph=True) ---------------------

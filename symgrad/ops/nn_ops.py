@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 
 from .. import _device
+from . import formula_namespaces
 from . import functional as F
 from .registry import forward
 
@@ -129,3 +130,118 @@ _draws = itertools.count()
 def _dropout_mask(input, p, draw=None):
     """A fresh keep-mask for ``input``, 0 or ``1 / (1 - p)`` per element (no gradient)."""
     return F._call("_dropout_mask", F.as_tensor(input), float(p), next(_draws) if draw is None else int(draw))
+
+
+@forward("addmm", dtype_rule="promote")
+def _addmm_fwd(self, mat1, mat2):
+    return np.matmul(mat1, mat2) + self
+
+
+# --- losses with a node of their own in PyTorch (MseLossBackward0, NllLossBackward0...) ----------
+# ``reduction`` is PyTorch's enum: 0 none, 1 mean, 2 sum.  symgrad.nn.functional calls these with
+# tensors of one shape; a compiled graph records them as the compositions of
+# symgrad.nn.functional (symgrad/ir/decompositions.py), which fuse with their neighbours.
+
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _reduced(loss: np.ndarray, reduction: int) -> np.ndarray:
+    if reduction == 1:
+        return np.asarray(loss.mean(), dtype=loss.dtype)
+    if reduction == 2:
+        return np.asarray(loss.sum(), dtype=loss.dtype)
+    return loss
+
+
+def _softplus_neg(x: np.ndarray) -> np.ndarray:
+    """``log(1 + exp(-x)) = -log(sigmoid(x))`` without overflow."""
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(-x, 0)
+
+
+@forward("mse_loss")
+def _mse_loss_fwd(self, target, reduction):
+    d = self - target
+    return _reduced(d * d, reduction)
+
+
+@forward("smooth_l1_loss")
+def _smooth_l1_loss_fwd(self, target, reduction, beta):
+    d = np.abs(self - target)
+    return _reduced(np.where(d < beta, (0.5 / beta) * d * d, d - 0.5 * beta).astype(self.dtype, copy=False),
+                    reduction)
+
+
+@forward("huber_loss")
+def _huber_loss_fwd(self, target, reduction, delta):
+    d = np.abs(self - target)
+    return _reduced(np.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)).astype(self.dtype, copy=False),
+                    reduction)
+
+
+@forward("binary_cross_entropy")
+def _binary_cross_entropy_fwd(self, target, weight, reduction):
+    with np.errstate(divide="ignore"):
+        log_x, log_1mx = np.maximum(np.log(self), -100), np.maximum(np.log1p(-self), -100)
+    return _reduced((-weight * (target * log_x + (1 - target) * log_1mx)).astype(self.dtype, copy=False), reduction)
+
+
+@forward("binary_cross_entropy_with_logits")
+def _binary_cross_entropy_with_logits_fwd(self, target, weight, pos_weight, reduction):
+    log_weight = 1 + (pos_weight - 1) * target
+    loss = weight * ((1 - target) * self + log_weight * _softplus_neg(self))
+    return _reduced(loss.astype(self.dtype, copy=False), reduction)
+
+
+def _nll_picked(self, target, weight, ignore_index):
+    """Per-sample ``-weight[t] * self[t]`` and ``weight[t]`` (0 where the target is ignored)."""
+    class_dim = 0 if self.ndim == 1 else 1
+    keep = target != ignore_index
+    safe = np.where(keep, target, 0)
+    picked = np.take_along_axis(self, np.expand_dims(safe, class_dim), axis=class_dim).squeeze(class_dim)
+    w = np.where(keep, weight[safe], 0).astype(self.dtype, copy=False)
+    return -picked * w, w
+
+
+@forward("nll_loss2d")
+@forward("nll_loss")
+def _nll_loss_fwd(self, target, weight, reduction, ignore_index):
+    loss, w = _nll_picked(self, target, weight, ignore_index)
+    if reduction == 1:
+        with np.errstate(invalid="ignore", divide="ignore"):   # every target ignored: nan, as PyTorch
+            return np.asarray(loss.sum() / w.sum(), dtype=self.dtype)
+    return _reduced(loss, reduction)
+
+
+@forward("nll_loss_backward")
+def _nll_loss_backward_fwd(grad_output, self, target, weight, reduction, ignore_index):
+    class_dim = 0 if self.ndim == 1 else 1
+    keep = target != ignore_index
+    safe = np.where(keep, target, 0)
+    w = np.where(keep, weight[safe], 0).astype(self.dtype, copy=False)
+    g = np.asarray(grad_output, dtype=self.dtype)
+    if reduction == 1:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = g / w.sum()
+    out = np.zeros(self.shape, dtype=self.dtype)
+    np.put_along_axis(out, np.expand_dims(safe, class_dim), np.expand_dims(-w * g, class_dim), axis=class_dim)
+    return out
+
+
+def nll_loss_op(input, target, weight, reduction: int, ignore_index: int):
+    """NllLossBackward0's op: ``weight`` a (C,) tensor, ``reduction`` PyTorch's enum."""
+    return F._call("nll_loss", input, target, weight, int(reduction), int(ignore_index))
+
+
+def nll_loss2d_op(input, target, weight, reduction: int, ignore_index: int):
+    """NllLoss2DBackward0's op, for (N, C, H, W) inputs."""
+    return F._call("nll_loss2d", input, target, weight, int(reduction), int(ignore_index))
+
+
+def nll_loss_backward_op(grad_output, input, target, weight, reduction: int, ignore_index: int):
+    return F._call("nll_loss_backward", F.as_tensor(grad_output), input, target, weight, int(reduction),
+                   int(ignore_index))
+
+
+# the formulas call each by its op name (with create_graph=True, differentiably)
+formula_namespaces.register("nll_loss", _nll_loss_fwd, nll_loss_op)
+formula_namespaces.register("nll_loss_backward", _nll_loss_backward_fwd, nll_loss_backward_op)

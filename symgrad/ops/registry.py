@@ -104,6 +104,8 @@ def _elementwise_dtype_rule(expr: sympy.Expr) -> str:
         e = p.exp
         if e.is_number and (e.is_negative or not e.is_integer):
             return "float"
+    if any(not r.is_integer for r in expr.atoms(sympy.Rational)):   # x / 6 is Rational(1, 6) * x: a division
+        return "float"
     return "promote"
 
 

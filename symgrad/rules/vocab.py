@@ -29,7 +29,8 @@ PIECEWISE_CONSTANT = ("heaviside", "eq", "ne", "logical_and", "logical_or", "log
 HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero", "unbind_backward",
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
            "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
-           "cumprod_jvp", "cumprod_double_backward")  # numpy surface: reductions, scans and sorting
+           "cumprod_jvp", "cumprod_double_backward",  # numpy surface: reductions, scans and sorting
+           "reduced_grad")  # losses: the gradient of a reduced loss, per element
 # numpy surface: linear algebra. Backward helpers that are compositions of table ops (matmul, solve,
 # inverse...): both implementations are registered by symgrad.ops.functional through
 # symgrad.ops.formula_namespaces.register, the numpy one running the same composition on arrays.
@@ -86,6 +87,12 @@ def _np_index_zero(grad, index, keep=False):
     out = np.array(grad, copy=True)
     out[index] = 0
     return out
+
+
+def reduced_grad(grad, numel, reduction):
+    """A loss's gradient per element: ``grad`` itself (reduction 0 none, 2 sum: broadcast against the
+    elementwise factor) or divided by the number of elements (1 mean).  Same code for arrays and Tensors."""
+    return grad / numel if reduction == 1 else grad
 
 
 def _np_erf(x):
@@ -279,6 +286,7 @@ NUMPY_FUNCTIONS = {
     "exp2": np.exp2, "maximum": np.maximum, "minimum": np.minimum, "sigmoid": _np_sigmoid,
     "heaviside": np.heaviside, "eq": np.equal, "ne": np.not_equal, "logical_and": np.logical_and,
     "logical_or": np.logical_or, "logical_not": np.logical_not,
+    "reduced_grad": reduced_grad,
     "where": np.where, "expand": np.broadcast_to, "sum_to": sum_to, "sum_backward": _np_sum_backward,
     "reshape": np.reshape, "to_dtype": lambda x, d: x.astype(d.np, copy=False),
     "index_zero": _np_index_zero, "unbind_backward": _np_unbind_backward,

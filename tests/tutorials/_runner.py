@@ -15,6 +15,10 @@ import sys
 import numpy as np
 
 RANDOM_FACTORIES = ("rand", "randn", "randint", "rand_like", "randn_like", "randperm")
+# In-place fills: torch.nn.init's uniform_/normal_ (and so kaiming_uniform_, which nn.Linear's
+# reset_parameters calls) draw through Tensor.uniform_/normal_ in torch, through nn.init's own
+# uniform_/normal_ in symgrad; recorded at the one, replayed at the other, in the same order.
+RANDOM_FILLS = ("uniform_", "normal_")
 
 
 class _TorchIsSymgrad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -42,6 +46,15 @@ def _recording(module, draws):
             return out
 
         setattr(module, name, wrapper)
+    for name in RANDOM_FILLS:
+        original = getattr(module.Tensor, name)
+
+        def fill(self, *args, __original=original, **kwargs):
+            out = __original(self, *args, **kwargs)
+            draws.append(out.detach().numpy().copy())
+            return out
+
+        setattr(module.Tensor, name, fill)
 
 
 def _replaying(module, draws):
@@ -57,6 +70,25 @@ def _replaying(module, draws):
             return out
 
         setattr(module, name, wrapper)
+
+    def replayed_fill(owner, name):
+        original = getattr(owner, name)
+
+        def fill(tensor, *args, **kwargs):
+            out = original(tensor, *args, **kwargs)
+            recorded = draws.pop(0)
+            if recorded.shape != tuple(out.shape):
+                raise AssertionError(f"{name}: torch filled shape {recorded.shape}, symgrad {tuple(out.shape)}")
+            out._data[...] = recorded.astype(out._data.dtype)
+            return out
+
+        setattr(owner, name, fill)   # a method of Tensor, a function of nn.init: called alike
+
+    import symgrad.nn.init
+
+    for name in RANDOM_FILLS:
+        replayed_fill(module.Tensor, name)
+        replayed_fill(symgrad.nn.init, name)
 
 
 def main(mode: str, program: str, draws_path: str) -> None:
