@@ -422,15 +422,17 @@ def _class_weights(weight, classes: int, ndim: int, like: Tensor) -> Tensor | No
     return T.reshape(w, (classes,) + (1,) * (ndim - 2))
 
 
-def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str):
-    """Per-sample losses (N, d...) and the per-sample weights the mean divides by."""
+def _nll_parts(logp: Tensor, target: Tensor, weight, ignore_index: int, op: str, check: bool = True):
+    """Per-sample losses (N, d...) and the per-sample weights the mean divides by (``check=False``: the
+    targets were range-checked already)."""
     if target.dtype not in (_dt.int64, _dt.int32, _dt.int16, _dt.int8, _dt.uint8):
         raise RuntimeError(f"{op}: expected target of an integer dtype (class indices), got {target.dtype}")
     classes = logp.shape[1]
     if tuple(target.shape) != (logp.shape[0],) + tuple(logp.shape[2:]):
         raise ValueError(f"{op}: expected target of shape {[logp.shape[0]] + list(logp.shape[2:])}, got "
                          f"{list(target.shape)}")
-    target = _checked_targets(target, classes, ignore_index, op)
+    if check:
+        target = _checked_targets(target, classes, ignore_index, op)
     keep = T.ne(target, ignore_index)
     w = _class_weights(weight, classes, logp.ndim, logp)
     if logp.ndim == 2 and classes:
@@ -480,7 +482,8 @@ def _nll_loss_composite(logp: Tensor, target: Tensor, weight: Tensor, reduction:
     unbatched = logp.ndim == 1
     if unbatched:
         logp, target = T.unsqueeze(logp, 0), T.unsqueeze(target, 0)
-    loss, sample_w = _nll_parts(logp, target, weight, ignore_index, "nll_loss")
+    # the table op's target went through _checked_targets in _nll
+    loss, sample_w = _nll_parts(logp, target, weight, ignore_index, "nll_loss", check=False)
     if reduction == 1:
         return T.sum(loss) / T.sum(sample_w)
     if reduction == 2:
