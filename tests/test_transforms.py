@@ -6,7 +6,23 @@ import numpy as np
 import pytest
 
 import symgrad
+from symgrad.compiler import options as compile_options
 from symgrad.compiler import transforms
+
+# These tests check what the transforms compute; the Numba backend compiles the same graphs into
+# fused kernels (tests/test_compile*.py), which would cost a cold compile per traced graph here.
+# They trace and compile with the numpy backend, except the tests named below, which check the
+# fused kernels the transforms build.
+FUSED_KERNEL_TESTS = {"test_hvp_inside_a_compiled_function_is_not_a_constant",
+                      "test_transform_compiles_once_per_structure_and_reuses_the_kernels",
+                      "test_large_jacobians_run_one_compiled_kernel_per_row",
+                      "test_third_order_nesting_matches_torch"}
+
+
+@pytest.fixture(autouse=True)
+def _numpy_backend_unless_fused(request, monkeypatch):
+    if request.node.originalname not in FUSED_KERNEL_TESTS:
+        monkeypatch.setattr(compile_options, "DEFAULT_BACKEND", "numpy")
 
 RNG = np.random.default_rng(19)
 
