@@ -234,12 +234,14 @@ def test_std_of_one_element_with_correction_0():
 POINTS = [0.0, 1.0, -1.0, 0.5, -0.5]
 
 
-# torch has no cbrt (tests/test_numpy_usage_elementwise.py checks it against numpy and scipy)
-_NO_TORCH_OP = ("cbrt",)
+# torch has no cbrt (tests/test_numpy_usage_elementwise.py checks it against numpy and scipy), and no
+# double backward for hardsigmoid (tests/test_rules.py gradgradchecks it against finite differences)
+_NO_TORCH_OP = ("cbrt", "hardsigmoid")
 # points left out per op: at the poles of lgamma and digamma torch's polygamma returns a large finite
 # number (6.6e32) where symgrad returns inf; outside logit's domain [0, 1] (where its value is nan) torch's
-# gradient is nan and symgrad's is the formula's finite value
-_LEFT_OUT = {"lgamma": {-1.0}, "digamma": {-1.0}, "logit": {-1.0, -0.5}}
+# gradient is nan and symgrad's is the formula's finite value; selu's second derivative at its kink 0
+# follows symgrad's elu convention (the right-hand value), torch's gives 0
+_LEFT_OUT = {"lgamma": {-1.0}, "digamma": {-1.0}, "logit": {-1.0, -0.5}, "selu": {0.0}}
 
 
 def _unary_rule_ops():
@@ -312,9 +314,13 @@ _TORCH_NAMES = {"max": lambda x: x.max(), "min": lambda x: x.min(), "t": lambda 
                 "squeeze": lambda x: x.squeeze(), "clone": lambda x: x.clone(),
                 "gelu": lambda x: torch.nn.functional.gelu(x),
                 "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
-# table ops that symgrad exposes under torch.nn.functional rather than at the top level
+# table ops that both expose under torch.nn.functional rather than at the top level
+_FUNCTIONAL_NAMES = {"silu": "silu", "mish": "mish", "log_sigmoid": "logsigmoid", "hardsigmoid": "hardsigmoid",
+                     "hardswish": "hardswish", "selu": "selu"}
+_TORCH_NAMES.update({op: (lambda x, f=f: getattr(torch.nn.functional, f)(x)) for op, f in _FUNCTIONAL_NAMES.items()})
 _SYMGRAD_NAMES = {"gelu": lambda x: symgrad.nn.functional.gelu(x),
-                  "gelu_tanh": lambda x: symgrad.nn.functional.gelu(x, approximate="tanh")}
+                  "gelu_tanh": lambda x: symgrad.nn.functional.gelu(x, approximate="tanh"),
+                  **{op: (lambda x, f=f: getattr(symgrad.nn.functional, f)(x)) for op, f in _FUNCTIONAL_NAMES.items()}}
 
 
 @pytest.mark.parametrize("op", UNARY_OPS)

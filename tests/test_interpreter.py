@@ -120,7 +120,9 @@ def fresh_arrays(key: str, variant: int, slots: Slots) -> list[np.ndarray]:
     out = []
     for a, b, kind in zip(slots.arrays, other.arrays, slots.kinds):
         assert a.shape == b.shape and a.dtype == b.dtype, f"{key}: sample shapes differ between seeds"
-        if kind == "index":
+        if kind == "index" and a.ndim == 0:
+            b = a.copy()   # one index: no other position is known to be valid; the data changes
+        elif kind == "index":
             b = np.roll(a, 1)
             if np.array_equal(a, b):
                 b = a[::-1].copy()
