@@ -62,12 +62,7 @@ class Adam(Optimizer):
         for group in self.param_groups:
             lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
             weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
-            for p in group["params"]:
-                if p._grad is None:
-                    continue
-                g = p._grad._data
-                if group["maximize"]:
-                    g = -g
+            for p, g in self._gradients(group):
                 state = self.state.setdefault(p, {})
                 if not state:
                     # the step count is a float32 scalar tensor, as in PyTorch's state_dict

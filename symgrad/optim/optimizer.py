@@ -78,6 +78,14 @@ class Optimizer:
     def step(self, closure=None):
         raise NotImplementedError
 
+    @staticmethod
+    def _gradients(group: dict):
+        """``(parameter, gradient values)`` for the group's parameters that have a gradient, the
+        gradient negated when the group maximizes."""
+        for p in group["params"]:
+            if p._grad is not None:
+                yield p, (-p._grad._data if group.get("maximize") else p._grad._data)
+
     def _closure_loss(self, closure):
         """Run ``closure`` (it recomputes the loss and calls backward) with grad mode on."""
         if closure is None:

@@ -47,12 +47,7 @@ class RMSprop(Optimizer):
         for group in self.param_groups:
             lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
             weight_decay, momentum, centered = group["weight_decay"], group["momentum"], group["centered"]
-            for p in group["params"]:
-                if p._grad is None:
-                    continue
-                g = p._grad._data
-                if group["maximize"]:
-                    g = -g
+            for p, g in self._gradients(group):
                 state = self.state.setdefault(p, {})
                 if not state:
                     state["step"] = Tensor._wrap(np.zeros((), np.float32))

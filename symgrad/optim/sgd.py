@@ -42,13 +42,8 @@ class SGD(Optimizer):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
             lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-            weight_decay, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
-            for p in group["params"]:
-                if p._grad is None:
-                    continue
-                g = p._grad._data
-                if maximize:
-                    g = -g
+            weight_decay, nesterov = group["weight_decay"], group["nesterov"]
+            for p, g in self._gradients(group):
                 if weight_decay != 0:
                     g = g + weight_decay * p._data
                 if momentum != 0:
