@@ -15,6 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from .module import Module, _indent
 
 
+def _renumber(container: Module, modules: list) -> None:
+    """Register ``modules`` as the container's children "0", "1", ... (after an insert or a delete:
+    PyTorch keeps the indices 0..n-1)."""
+    container._modules.clear()
+    for i, m in enumerate(modules):
+        container.add_module(str(i), m)
+
+
 def _index(i, n: int, what: str) -> int:
     i = operator.index(i)
     if not -n <= i < n:
@@ -59,10 +67,7 @@ class Sequential(Module):
         for key in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(self), "Sequential")]]):
             del self._modules[key]
         # renumber, as PyTorch does, so indices stay 0..n-1
-        modules = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self._modules[str(i)] = m
+        _renumber(self, list(self._modules.values()))
 
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self)), module)
@@ -76,9 +81,7 @@ class Sequential(Module):
     def insert(self, index: int, module: Module) -> Sequential:
         modules = list(self._modules.values())
         modules.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self.add_module(str(i), m)
+        _renumber(self, modules)
         return self
 
 
@@ -107,9 +110,7 @@ class ModuleList(Module):
     def __delitem__(self, idx) -> None:
         modules = list(self._modules.values())
         del modules[idx]
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self._modules[str(i)] = m
+        _renumber(self, modules)
 
     def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
         return self.extend(modules)
@@ -131,9 +132,7 @@ class ModuleList(Module):
     def insert(self, index: int, module: Module) -> None:
         modules = list(self._modules.values())
         modules.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self.add_module(str(i), m)
+        _renumber(self, modules)
 
     def __repr__(self) -> str:
         # runs of modules that print alike are shown once, with their count (PyTorch 2's format)
