@@ -153,3 +153,65 @@ def test_verify_reports_each_gradient():
     assert len(problems) == 3
     assert problems[0].startswith("loss") and "grad of w" in problems[1] and "grad of b: missing" in problems[2]
     assert np.isfinite(value)
+
+
+# --- the held-out workloads (issue 21): gradients only, nothing timed ----------------------------------
+
+HELDOUT_NAMES = ("heat", "tv", "embbag", "rnn", "attention", "logreg")
+
+
+@pytest.mark.parametrize("name", HELDOUT_NAMES)
+def test_heldout_hand_gradient_matches_finite_differences(name):
+    from benchmarks import heldout
+    from benchmarks.workloads import check_hand_gradient
+
+    w = heldout.make_workload(name, **heldout.SMALL_SIZES[name])
+    assert check_hand_gradient(w) == []
+
+
+@pytest.mark.parametrize("name", ["heat", "rnn"])
+def test_heldout_finite_difference_check_catches_a_wrong_gradient(name):
+    from dataclasses import replace
+
+    from benchmarks import heldout
+    from benchmarks.workloads import check_hand_gradient
+
+    w = heldout.make_workload(name, **heldout.SMALL_SIZES[name])
+
+    def off(**inputs):
+        value, grads = w.numpy_value_and_grad(**inputs)
+        first = w.grad_inputs[0]
+        return value, dict(grads, **{first: grads[first] * 1.01})
+
+    problems = check_hand_gradient(replace(w, numpy_value_and_grad=off))
+    assert len(problems) == 1 and f"d/d{w.grad_inputs[0]}" in problems[0]
+
+
+@pytest.mark.parametrize("name", HELDOUT_NAMES)
+def test_heldout_symgrad_matches_the_hand_gradient(name):
+    import symgrad
+    from benchmarks import heldout
+
+    w = heldout.make_workload(name, **heldout.SMALL_SIZES[name])
+    inputs = w.make_inputs()
+    f = peers.positional(w, inputs, symgrad)
+    vg = symgrad.value_and_grad(symgrad.compile(f, backend="numpy"), argnums=peers.argnums(w, inputs))
+    value, grads = vg(*inputs.values())
+    ref_value, ref_grads = w.numpy_value_and_grad(**{k: a.copy() for k, a in inputs.items()})
+    assert suite.verify(w, value, dict(zip(w.grad_inputs, grads)), ref_value, ref_grads, rtol=1e-9) == []
+
+
+def test_heldout_jax_namespace_matches_the_hand_gradient():
+    jax = pytest.importorskip("jax")
+    from benchmarks import heldout
+
+    jax.config.update("jax_enable_x64", True)
+    T = heldout.jax_namespace(jax)
+    for name in HELDOUT_NAMES:
+        w = heldout.make_workload(name, **heldout.SMALL_SIZES[name])
+        inputs = w.make_inputs()
+        value, grads = jax.value_and_grad(peers.positional(w, inputs, T), argnums=peers.argnums(w, inputs))(
+            *inputs.values())
+        ref_value, ref_grads = w.numpy_value_and_grad(**inputs)
+        grads = {n: np.asarray(g) for n, g in zip(w.grad_inputs, grads)}
+        assert suite.verify(w, float(value), grads, ref_value, ref_grads, rtol=1e-9) == [], name
