@@ -148,6 +148,54 @@ def first_gradient(tool: str, cache: str) -> dict:
     return {"seconds": seconds, "matches_numpy": bool(np.allclose(g, ref["x"], rtol=1e-6, atol=1e-9))}
 
 
+def first_gradient_of(tool: str, workload: str, cache: str) -> dict:
+    """In a fresh process: time the first gradient of a named workload (``heldout.cold_workload``).
+
+    ``sg-vg``: ``symgrad.value_and_grad(symgrad.compile(f, parallel=False), argnums)``; ``sg-compile``: the
+    tensor API and ``.backward()``; ``jax``: ``jax.jit(jax.value_and_grad(f, argnums))`` (persistent cache in
+    ``cache``); ``torch-compile``: ``torch.compile(f, dynamic=False)`` and ``.backward()``.  The timed span
+    starts after the imports and the input arrays are made, and ends with the gradient in hand.
+    """
+    import numpy as np
+
+    from . import heldout, peers
+
+    w = heldout.cold_workload(workload)
+    inputs = w.make_inputs()
+    arrays = tuple(inputs.values())
+    nums = peers.argnums(w, inputs)
+    if tool in ("sg-vg", "sg-compile"):
+        import symgrad
+        f = peers.positional(w, inputs, symgrad)
+        t0 = time.perf_counter()
+        if tool == "sg-vg":
+            value, grads = symgrad.value_and_grad(symgrad.compile(f, parallel=False), argnums=nums)(*arrays)
+        else:
+            value, grads = peers._leaf_results(w)(peers._tensor_api(w, inputs, symgrad.tensor,
+                                                                   symgrad.compile(f, parallel=False)).call())
+            grads = tuple(grads[n] for n in w.grad_inputs)
+    elif tool == "jax":
+        jax, _ = _setup_jax(cache)
+        T = heldout.jax_namespace(jax)
+        t0 = time.perf_counter()
+        value, grads = jax.block_until_ready(
+            jax.jit(jax.value_and_grad(peers.positional(w, inputs, T), argnums=nums))(*arrays))
+    elif tool == "torch-compile":
+        torch = _setup_torch()
+        t0 = time.perf_counter()
+        compiled = torch.compile(peers.positional(w, inputs, torch), dynamic=False)
+        value, grads = peers._leaf_results(w)(peers._tensor_api(w, inputs, torch.tensor, compiled).call())
+        grads = tuple(grads[n] for n in w.grad_inputs)
+    else:
+        raise KeyError(tool)
+    seconds = time.perf_counter() - t0
+    from .suite import verify
+    ref_value, ref_grads = w.numpy_value_and_grad(**inputs)
+    problems = verify(w, float(value), {n: np.asarray(g) for n, g in zip(w.grad_inputs, grads)},
+                      ref_value, ref_grads, rtol=max(w.rtol, 1e-4 if w.dtype == "float32" else 0.0))
+    return {"seconds": seconds, "matches_numpy": not problems, "problems": problems}
+
+
 def compile_chains(tool: str, sizes: list[int], cache: str) -> dict:
     """In a fresh process: time the first gradient of chains of ``sizes`` ops (after a tiny warm-up)."""
     import numpy as np
@@ -221,9 +269,12 @@ def _child_main(argv) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.latency")
     ap.add_argument("--child", required=True)
     ap.add_argument("--chain", help="comma-separated chain lengths (compile time vs graph size)")
+    ap.add_argument("--workload", help="the first gradient of this workload (benchmarks.heldout.cold_workload)")
     args = ap.parse_args(argv)
     cache = os.environ["BENCH_CACHE_DIR"]
-    if args.chain:
+    if args.workload:
+        out = first_gradient_of(args.child, args.workload, cache)
+    elif args.chain:
         out = compile_chains(args.child, [int(s) for s in args.chain.split(",")], cache)
     else:
         out = first_gradient(args.child, cache)
@@ -295,6 +346,44 @@ def first_call_latency(tools: list[str], repeats: int, log, timeout: float = 600
         else:
             log(f"  first-call latency, {name}: cold {row['cold_s']:.2f} s, warm {row['warm_s']:.2f} s"
                 + ("" if ok else "  (gradient does NOT match numpy)"))
+    return rows
+
+
+COLD_TOOLS = {"sg-vg": "symgrad value_and_grad", "sg-compile": "symgrad compile + backward", "jax": "jax.jit",
+              "torch-compile": "torch.compile"}
+
+
+def cold_first_gradients(tools: list[str], workloads: list[str], repeats: int, log,
+                         timeout: float = 600.0) -> list[dict]:
+    """The first gradient of each workload in a fresh process with empty caches, per tool (median of
+    ``repeats`` processes, each with its own new cache directory)."""
+    import statistics
+    rows = []
+    for workload in workloads:
+        for tool in tools:
+            name = COLD_TOOLS[tool]
+            times, errors, problems = [], [], []
+            for _ in range(repeats):
+                cache = tempfile.mkdtemp(prefix="symgrad-bench-")
+                try:
+                    r = run_child(["--child", tool, "--workload", workload], cache, timeout)
+                finally:
+                    shutil.rmtree(cache, ignore_errors=True)
+                if "error" in r:
+                    errors.append(r["error"])
+                    break
+                times.append(r["seconds"])
+                problems += r["problems"]
+            row = {"workload": workload, "tool": tool, "name": name,
+                   "cold_s": statistics.median(times) if times else None, "cold_all_s": times,
+                   "matches_numpy": not problems and not errors, "problems": problems,
+                   "error": "; ".join(errors) or None}
+            rows.append(row)
+            if errors:
+                log(f"  cold first gradient, {workload}, {name}: FAILED ({row['error']})")
+            else:
+                log(f"  cold first gradient, {workload}, {name}: {row['cold_s']:.2f} s"
+                    + ("" if not problems else f"  (does NOT match numpy: {problems[0]})"))
     return rows
 
 
