@@ -16,7 +16,9 @@ Parts (``--parts``; the W1-based extras run when W1 is among the workloads):
 - ``scaling``: W1 time per call for N = 1e3 ... 1e7 (the table's W1 runs plus 1e4 and 1e5);
 - ``latency``: first-call latency, cold and warm cache, in fresh subprocesses (:mod:`benchmarks.latency`);
 - ``compile``: compile time vs graph size, chains of 10, 100, 1000 ops (:mod:`benchmarks.latency`);
-- ``memory``: peak RSS of one W1 forward+backward at 1e7 elements in subprocesses (:mod:`benchmarks.memory`).
+- ``memory``: peak RSS of one W1 forward+backward at 1e7 elements in subprocesses (:mod:`benchmarks.memory`);
+- ``heldout`` (only when asked for): the held-out workloads of :mod:`benchmarks.heldout` (heat stencil, TV
+  denoise, embedding bag, unrolled RNN, attention), checked then timed the same way, as ratios to jax.jit.
 
 Threads: numpy/BLAS, torch and XLA run one thread; Numba's pool has two threads and every
 implementation runs with ``numba.set_num_threads(1)`` except the two marked "2 thr" (the parallel hand
@@ -58,7 +60,8 @@ from .workloads import WORKLOADS, Workload, check_hand_gradient, compare, sized,
 SCHEMA_VERSION = 1
 TABLE_WORKLOADS = ("W1 1e6", "W1 1e3", "W1 1e7", "W2", "W3 f32", "W3 f64", "W4", "W5")
 QUICK_SKIPS_WORKLOADS = ("W1 1e7",)
-PARTS = ("table", "scaling", "latency", "compile", "memory")
+PARTS = ("table", "scaling", "latency", "compile", "memory", "heldout")
+DEFAULT_PARTS = ("table", "scaling", "latency", "compile", "memory")
 SCALING_N = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 QUICK_SCALING_N = (1_000, 100_000, 1_000_000)
 F32_RTOL = 5e-4
@@ -414,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR (needs matplotlib)")
     ap.add_argument("--only", metavar="W1,W2", help="workloads: W1..W5 (a family) or exact names like 'W1 1e6'")
     ap.add_argument("--impls", metavar="KEYS", help=f"implementations (default: all): {','.join(peers.BY_KEY)}")
-    ap.add_argument("--parts", metavar="P", help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
+    ap.add_argument("--parts", metavar="P", help=f"comma-separated subset of {','.join(PARTS)} "
+                    f"(default: {','.join(DEFAULT_PARTS)})")
     ap.add_argument("--size-scale", type=float, default=1.0, metavar="S",
                     help="multiply every workload's batch dimension (W4 excepted) and the extras' N by S")
     ap.add_argument("--samples", type=int, help="samples per implementation, >= 7 (default 11, --quick 7)")
@@ -445,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     impls, left_out = select_impls(args.impls, args.quick)
     w1_selected = any(n.startswith("W1") for n in names)
     parts = ([p.strip() for p in args.parts.split(",") if p.strip()] if args.parts
-             else list(PARTS) if w1_selected else ["table"])
+             else list(DEFAULT_PARTS) if w1_selected else ["table"])
     bad = [p for p in parts if p not in PARTS]
     if bad:
         raise SystemExit(f"--parts: unknown {bad} (known: {', '.join(PARTS)})")
@@ -483,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": peers.BASELINE,
         "implementations": [_impl_info(i, impls, left_out) for i in peers.IMPLS],
         "workloads": [], "scaling": None, "latency": None, "compile_scaling": None, "memory": None,
+        "heldout": None,
     }
     impl_names = [i.name for i in impls] + [n for n in left_out]
     order = [i.name for i in peers.IMPLS if i.name in impl_names]
@@ -575,6 +580,18 @@ def main(argv: list[str] | None = None) -> int:
         log("")
         log(f"### resident memory above the inputs at the peak of a W1 forward+backward, x[{n}]")
         log(memory_table(doc["memory"]["rows"]))
+        log("")
+
+    part_started["heldout"] = time.perf_counter()
+    if "heldout" in parts:
+        from . import heldout
+        log("## held-out workloads (ratios to jax.jit)")
+        keys = [i.key for i in impls if i.key in heldout.DEFAULT_KEYS + ("sg-compile", "sg-eager")]
+        doc["heldout"] = heldout.run_table(heldout.TABLE_NAMES, keys, samples, min_time, log, left_out)
+        log("")
+        log(f"### time per forward+backward relative to {heldout.BASELINE} (its row is absolute); lower is faster")
+        log(heldout.ratio_table(doc["heldout"], [heldout.BASELINE] + [
+            i.name for i in peers.IMPLS if i.name in impl_names and i.name != heldout.BASELINE]))
         log("")
 
     part_started["end"] = time.perf_counter()

@@ -215,3 +215,36 @@ def test_heldout_jax_namespace_matches_the_hand_gradient():
         ref_value, ref_grads = w.numpy_value_and_grad(**inputs)
         grads = {n: np.asarray(g) for n, g in zip(w.grad_inputs, grads)}
         assert suite.verify(w, float(value), grads, ref_value, ref_grads, rtol=1e-9) == [], name
+
+
+def test_heldout_tables_report_ratios_to_jax_and_exclusions():
+    from benchmarks import heldout
+
+    def ok(median):
+        return {"status": "ok", "timing": {"median_s": median}}
+
+    records = [{"workload": "heat", "results": {"jax.jit": ok(2e-3), "symgrad value_and_grad": ok(1e-3),
+                                                "torch eager": {"status": "mismatch"}}},
+               {"workload": "tv", "results": {"jax.jit": ok(1e-3), "symgrad value_and_grad": ok(3e-2),
+                                              "torch eager": {"status": "skipped"}}}]
+    for rec in records:
+        base = rec["results"]["jax.jit"]["timing"]["median_s"]
+        for e in rec["results"].values():
+            e["ratio_to_jax"] = e["timing"]["median_s"] / base if "timing" in e else None
+    table = heldout.ratio_table(records, ["jax.jit", "symgrad value_and_grad", "torch eager"])
+    assert "| jax.jit | 2 ms | 1 ms |" in table
+    assert "| symgrad value_and_grad | 0.50 | 30.0 |" in table
+    assert "| torch eager | WRONG | skip |" in table
+
+    cold = [{"workload": "rnn", "tool": "sg-vg", "name": "symgrad value_and_grad", "cold_s": 3.0,
+             "matches_numpy": True, "error": None},
+            {"workload": "rnn", "tool": "jax", "name": "jax.jit", "cold_s": 1.5, "matches_numpy": True,
+             "error": None},
+            {"workload": "logreg", "tool": "sg-vg", "name": "symgrad value_and_grad", "cold_s": 1.0,
+             "matches_numpy": False, "error": None},
+            {"workload": "logreg", "tool": "jax", "name": "jax.jit", "cold_s": None, "matches_numpy": False,
+             "error": "timed out"}]
+    table = heldout.cold_table(cold)
+    assert "| symgrad value_and_grad | 3.00 s | 1.00 s WRONG |" in table
+    assert "| jax.jit | 1.50 s | failed |" in table
+    assert "| symgrad / jax.jit | 2.00x | - |" in table
