@@ -711,6 +711,12 @@ GRAPHS = [
     ("pad_constant", lambda F, L, x: F.pad(x, (1, 2)), [_normal(2, 3)]),
     ("pad_crop", lambda F, L, x: F.pad(x, (-1, 2, 1, -1), value=0.5), [_normal(2, 4, 5)]),
     ("pad_nothing", lambda F, L, x: F.pad(x, (0, 0)), [_normal(2, 3)]),
+    ("pad_reflect_1d", lambda F, L, x: F.pad(x, (2, 1), mode="reflect"), [_normal(2, 3, 4)]),
+    ("pad_reflect_2d", lambda F, L, x: F.pad(x, (1, 2, 2, 0), mode="reflect"), [_normal(3, 4, 5)]),
+    ("pad_reflect_3d", lambda F, L, x: F.pad(x, (1, 1, 0, 2, 1, 0), mode="reflect"), [_normal(1, 2, 3, 4, 3)]),
+    ("pad_replicate_1d", lambda F, L, x: F.pad(x, (3, 1), mode="replicate"), [_normal(3, 4)]),
+    ("pad_replicate_2d", lambda F, L, x: F.pad(x, (1, 0, 2, 2), mode="replicate"), [_normal(2, 2, 3, 4)]),
+    ("pad_replicate_3d", lambda F, L, x: F.pad(x, (1, 1, 1, 1, 1, 1), mode="replicate"), [_normal(2, 3, 2, 3)]),
     ("normalize", lambda F, L, x: F.normalize(x), [_normal(3, 4)]),
     ("dropout", lambda F, L, x: F.dropout(x, 0.3), [_normal(3, 4)]),
     ("norm", lambda F, L, x: L.norm(x), [_normal(3, 4)]),
@@ -739,6 +745,19 @@ def test_grad_fn_graphs_match_torch(case, dtype):
     assert _graph(got.grad_fn) == _graph(want.grad_fn)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_max_pool_with_nan_matches_torch_eagerly(dtype):
+    """A window with a nan has the value nan and its gradient goes where torch's does (its last nan)."""
+    x = np.array([[[[1.0, np.nan, 3.0], [0.5, 2.0, np.nan], [4.0, -1.0, 0.0]]]], dtype=dtype)
+    w = np.array([[[[0.5, -1.0], [2.0, 1.5]]]], dtype=dtype)
+    got_x, want_x = symgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got, want = SF.max_pool2d(got_x, 2, stride=1), TF.max_pool2d(want_x, 2, stride=1)
+    np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+    (got * symgrad.tensor(w)).sum().backward()
+    (want * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(got_x.grad.numpy(), want_x.grad.numpy())
+
+
 def test_zero_norm_counts_and_has_a_zero_gradient():
     """ord=0 counts the nonzero entries: LinalgVectorNormBackward0 as in torch, whose gradient is undefined (None);
     symgrad's is zeros eagerly (None when compiled: the count is not differentiable)."""
@@ -760,6 +779,8 @@ def test_nn_ops_are_decomposed_in_compiled_graphs():
         "max_pool2d": (lambda x: SF.max_pool2d(x, 2), [r.standard_normal((2, 3, 4, 4))]),
         "avg_pool2d": (lambda x: SF.avg_pool2d(x, 2), [r.standard_normal((2, 3, 4, 4))]),
         "constant_pad_nd": (lambda x: SF.pad(x, (1, 1)), [r.standard_normal((2, 3))]),
+        "reflection_pad2d": (lambda x: SF.pad(x, (1, 1, 2, 0), mode="reflect"), [r.standard_normal((2, 3, 4))]),
+        "replication_pad1d": (lambda x: SF.pad(x, (1, 2), mode="replicate"), [r.standard_normal((2, 3))]),
         "embedding": (lambda w: SF.embedding(symgrad.tensor([[0, 2]]), w), [r.standard_normal((3, 2))]),
         "native_layer_norm": (lambda x: SF.layer_norm(x, (3,)), [r.standard_normal((2, 3))]),
         "linalg_vector_norm": (lambda x: symgrad.linalg.vector_norm(x, dim=1), [r.standard_normal((2, 3))]),

@@ -58,6 +58,8 @@ DECOMPOSITIONS: dict[str, Callable] = {
     "max_pool2d": NNF._max_pool2d_composite,
     "avg_pool2d": NNF._avg_pool2d_composite,
     "constant_pad_nd": NNF._constant_pad_nd_composite,
+    **{f"reflection_pad{d}d": NNF._reflection_pad_composite for d in (1, 2, 3)},
+    **{f"replication_pad{d}d": NNF._replication_pad_composite for d in (1, 2, 3)},
     "embedding": NNF._embedding_composite,
     "native_layer_norm": NNF._native_layer_norm_composite,
     "masked_fill.Tensor": F._masked_fill_tensor_composite,

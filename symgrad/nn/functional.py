@@ -1,11 +1,12 @@
 """``torch.nn.functional``: activations, losses, normalisation, convolution, pooling and attention.
 
-Every function here is a composition of symgrad ops that have rules in the rule table, so its
-gradients (of every order) come from ``derivatives.yaml`` like any other op's.  The losses PyTorch
-records as one node (``MseLossBackward0``, ``NllLossBackward0``, ``BinaryCrossEntropyWithLogitsBackward0``...)
-are such ops themselves; a compiled graph records their compositions (``_*_composite`` below) instead.  Convolution and
-pooling gather windows with the ``_im2col`` primitive and then use one matmul (BLAS) or one
-reduction; its transpose ``_col2im`` is the gradient.  The signatures are PyTorch 2.x's.
+Every function here is a symgrad op with a rule in the rule table or a composition of such ops, so its
+gradients (of every order) come from ``derivatives.yaml`` like any other op's.  The functions PyTorch
+records as one node (``MseLossBackward0``, ``NllLossBackward0``, ``ConvolutionBackward0``,
+``MaxPool2DWithIndicesBackward0``, ``NativeLayerNormBackward0``...) are such ops themselves; a compiled graph
+records their compositions (``_*_composite`` below) instead.  Those compositions of convolution and pooling
+gather windows with the ``_im2col`` primitive and then use one matmul (BLAS) or one reduction; its
+transpose ``_col2im`` is the gradient.  The signatures are PyTorch 2.x's.
 
 >>> import symgrad as torch
 >>> import symgrad.nn.functional as F
@@ -41,6 +42,7 @@ from ..ops.nn_ops import (
     constant_pad_nd_op,
     convolution_op,
     embedding_op,
+    index_pad_op,
     max_pool2d_op,
     native_layer_norm_op,
     nll_loss2d_op,
@@ -881,7 +883,21 @@ def pad(input, pad, mode: str = "constant", value: float | None = None) -> Tenso
         if before > limit or after > limit:
             raise RuntimeError(f"pad: padding ({before}, {after}) of dim {d} must be at most {limit} in mode "
                                f"{mode!r} (the dim has size {x.shape[d]})")
-    return T._numpy_pad(x, pairs, _PAD_MODES[mode])
+    if mode == "circular":
+        return T._numpy_pad(x, pairs, _PAD_MODES[mode])
+    return index_pad_op(x, widths, mode)
+
+
+def _index_pad_composite(x: Tensor, padding, mode: str) -> Tensor:
+    return T._numpy_pad(x, pad_pairs(padding, x.ndim), _PAD_MODES[mode])
+
+
+def _reflection_pad_composite(x: Tensor, padding) -> Tensor:
+    return _index_pad_composite(x, padding, "reflect")
+
+
+def _replication_pad_composite(x: Tensor, padding) -> Tensor:
+    return _index_pad_composite(x, padding, "replicate")
 
 
 

@@ -295,10 +295,11 @@ def _cropped(x: np.ndarray, pads) -> np.ndarray:
 
 
 def _conv_columns(x: np.ndarray, kernel, stride, dilation, pads, groups: int) -> np.ndarray:
-    """The windows of padded ``x`` as a (groups, taps, N * OH * OW) matrix stack, and (N, OH, OW)."""
-    cols = _im2col_fwd(_padded(x, pads), kernel, dilation, stride, CONV_ORDER)    # (C, kh, kw, N, OH, OW)
-    c, kh, kw, n, oh, ow = cols.shape
-    return cols.reshape(groups, (c // groups) * kh * kw, n * oh * ow), (n, oh, ow)
+    """The windows of padded ``x`` as an (N, groups, taps, OH * OW) stack of matrices, and (N, OH, OW).
+    Batch-major, so that the products with the weight come out in the NCHW layout, with no transposes."""
+    cols = _im2col_fwd(_padded(x, pads), kernel, dilation, stride)    # (N, C, kh, kw, OH, OW)
+    n, c, kh, kw, oh, ow = cols.shape
+    return cols.reshape(n, groups, (c // groups) * kh * kw, oh * ow), (n, oh, ow)
 
 
 @forward("convolution")
@@ -308,11 +309,10 @@ def _convolution_fwd(input, weight, bias, stride, padding, dilation, groups):
     w = _spatial_2d(weight, spatial)
     cols, (n, oh, ow) = _conv_columns(_spatial_2d(input, spatial), w.shape[2:], stride, dilation, pads, groups)
     out_channels = w.shape[0]
-    out = np.matmul(w.reshape(groups, out_channels // groups, cols.shape[1]), cols)    # (G, O / G, N * OH * OW)
-    out = out.reshape(out_channels, n, oh, ow)
+    out = np.matmul(w.reshape(groups, out_channels // groups, cols.shape[2]), cols)    # (N, G, O / G, OH * OW)
+    out = out.reshape(n, out_channels, oh, ow)
     if isinstance(bias, np.ndarray):
-        out += bias.reshape(out_channels, 1, 1, 1)
-    out = np.ascontiguousarray(out.transpose(1, 0, 2, 3))
+        out += bias.reshape(out_channels, 1, 1)
     return out[:, :, 0, :] if spatial == 1 else out
 
 
@@ -323,13 +323,12 @@ def _convolution_backward_input_fwd(grad_output, weight, input_sizes, stride, pa
     g, w = _spatial_2d(grad_output, spatial), _spatial_2d(weight, spatial)
     n, out_channels, oh, ow = g.shape
     kh, kw = w.shape[2:]
-    rows = g.transpose(1, 0, 2, 3).reshape(groups, out_channels // groups, n * oh * ow)
     taps = w.reshape(groups, out_channels // groups, -1)
-    cols = np.matmul(taps.transpose(0, 2, 1), rows)        # (G, taps, N * OH * OW)
+    cols = np.matmul(taps.transpose(0, 2, 1), g.reshape(n, groups, out_channels // groups, oh * ow))
     sizes = list(input_sizes) if spatial == 2 else list(input_sizes[:2]) + [1, input_sizes[2]]
     padded = sizes[:2] + [sizes[2 + i] + b + a for i, (b, a) in enumerate(pads)]
-    cols = cols.reshape(sizes[1], kh, kw, n, oh, ow)
-    out = _cropped(_col2im_fwd(cols, padded, (kh, kw), dilation, stride, CONV_ORDER), pads)
+    cols = cols.reshape(n, sizes[1], kh, kw, oh, ow)
+    out = _cropped(_col2im_fwd(cols, padded, (kh, kw), dilation, stride), pads)
     return np.ascontiguousarray(out[:, :, 0, :] if spatial == 1 else out)
 
 
@@ -341,8 +340,8 @@ def _convolution_backward_weight_fwd(grad_output, input, weight_sizes, stride, p
     kernel = tuple(weight_sizes[2:]) if spatial == 2 else (1, weight_sizes[2])
     cols, (n, oh, ow) = _conv_columns(_spatial_2d(input, spatial), kernel, stride, dilation, pads, groups)
     out_channels = g.shape[1]
-    rows = g.transpose(1, 0, 2, 3).reshape(groups, out_channels // groups, n * oh * ow)
-    return np.matmul(rows, cols.transpose(0, 2, 1)).reshape(tuple(weight_sizes))
+    rows = g.reshape(n, groups, out_channels // groups, oh * ow)
+    return np.matmul(rows, cols.transpose(0, 1, 3, 2)).sum(0).reshape(tuple(weight_sizes))
 
 
 def convolution_op(input, weight, bias, stride, padding, dilation, groups):
@@ -362,14 +361,26 @@ def convolution_backward_weight_op(grad_output, input, weight_sizes, stride, pad
                    tuple(padding), tuple(dilation), int(groups))
 
 
-def _pool_windows(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode, fill) -> np.ndarray:
-    """(N, C, OH, OW, kh * kw) windows of an (N, C, H, W) array padded with ``fill``, and the pads."""
-    pads = []
+def _pool_taps(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode, fill):
+    """``x`` (N, C, H, W) padded with ``fill`` as pooling needs, its (before, after) pads, and for each
+    window tap (i, j) in order the strided view of the element it reads in every window (N, C, OH, OW):
+    a pooling is then kh * kw elementwise steps, with no window array."""
+    pads, counts = [], []
     for i in range(2):
-        _, extra = pool_geometry(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        count, extra = pool_geometry(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
         pads.append((padding[i], padding[i] + extra))
-    cols = _im2col_fwd(_padded(x, pads, fill), kernel, dilation, stride, POOL_ORDER)      # (N, C, OH, OW, kh, kw)
-    return cols.reshape(cols.shape[:4] + (-1,)), pads
+        counts.append(count)
+    xp = _padded(x, pads, fill)
+    (oh, ow), (sh, sw), (dh, dw) = counts, stride, dilation
+    taps = [xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            for i in range(kernel[0]) for j in range(kernel[1])]
+    return xp, pads, taps
+
+
+def _tap_slices(kernel, stride, dilation, counts):
+    (oh, ow), (sh, sw), (dh, dw) = counts, stride, dilation
+    return [(slice(None), slice(None), slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+             slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)) for i in range(kernel[0]) for j in range(kernel[1])]
 
 
 def _batched4(x: np.ndarray) -> np.ndarray:
@@ -378,34 +389,49 @@ def _batched4(x: np.ndarray) -> np.ndarray:
 
 @forward("max_pool2d")
 def _max_pool2d_fwd(self, kernel_size, stride, padding, dilation, ceil_mode):
-    windows, _ = _pool_windows(_batched4(self), kernel_size, stride, padding, dilation, ceil_mode, -np.inf)
-    out = windows.max(-1)
+    _, _, taps = _pool_taps(_batched4(self), kernel_size, stride, padding, dilation, ceil_mode, -np.inf)
+    out = taps[0].copy()
+    for tap in taps[1:]:
+        np.maximum(out, tap, out=out)      # nan wins, as in PyTorch
     return out[0] if self.ndim == 3 else out
 
 
 def _window_argmax(self, kernel_size, stride, padding, dilation, ceil_mode):
-    windows, pads = _pool_windows(_batched4(self), kernel_size, stride, padding, dilation, ceil_mode, -np.inf)
-    return windows.argmax(-1)[..., None], pads     # the first maximum, as PyTorch's
+    """Which tap of each window holds its first maximum (or its last nan, as in PyTorch), with the
+    padded input and its pads."""
+    xp, pads, taps = _pool_taps(_batched4(self), kernel_size, stride, padding, dilation, ceil_mode, -np.inf)
+    index = np.min_scalar_type(len(taps))
+    for nan_aware in (False, True):
+        best, first = taps[0].copy(), np.zeros(taps[0].shape, dtype=index)
+        for k, tap in enumerate(taps[1:], 1):
+            better = tap > best
+            if nan_aware:     # PyTorch's kernel moves to every nan it meets: the last one wins
+                better |= np.isnan(tap)
+            np.copyto(first, index.type(k), where=better)
+            np.maximum(best, tap, out=best)
+        if nan_aware or not np.isnan(best).any():    # maximum propagates nan: no nan in best, none in x
+            return first, xp, pads
 
 
 @forward("max_pool2d_with_indices_backward")
 def _max_pool2d_with_indices_backward_fwd(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode):
-    first, pads = _window_argmax(self, kernel_size, stride, padding, dilation, ceil_mode)
+    first, xp, pads = _window_argmax(self, kernel_size, stride, padding, dilation, ceil_mode)
     g = _batched4(grad_output)
-    cols = np.zeros(g.shape + (kernel_size[0] * kernel_size[1],), dtype=g.dtype)
-    np.put_along_axis(cols, first, g[..., None], axis=-1)
-    x = _batched4(self)
-    padded = list(x.shape[:2]) + [x.shape[2 + i] + b + a for i, (b, a) in enumerate(pads)]
-    out = _col2im_fwd(cols.reshape(g.shape + tuple(kernel_size)), padded, kernel_size, dilation, stride, POOL_ORDER)
+    out = np.zeros(xp.shape, dtype=g.dtype)
+    zero = np.zeros((), dtype=g.dtype)
+    for k, where in enumerate(_tap_slices(kernel_size, stride, dilation, first.shape[2:])):
+        out[where] += np.where(first == k, g, zero)
     out = np.ascontiguousarray(_cropped(out, pads))
     return out[0] if self.ndim == 3 else out
 
 
 @forward("_max_pool2d_pick")
 def _max_pool2d_pick_fwd(input, self, kernel_size, stride, padding, dilation, ceil_mode):
-    first, _ = _window_argmax(self, kernel_size, stride, padding, dilation, ceil_mode)
-    windows, _ = _pool_windows(_batched4(input), kernel_size, stride, padding, dilation, ceil_mode, 0.0)
-    out = np.take_along_axis(windows, first, axis=-1)[..., 0]
+    first, _, _ = _window_argmax(self, kernel_size, stride, padding, dilation, ceil_mode)
+    _, _, taps = _pool_taps(_batched4(input), kernel_size, stride, padding, dilation, ceil_mode, 0.0)
+    out = np.zeros(first.shape, dtype=input.dtype)
+    for k, tap in enumerate(taps):
+        np.copyto(out, tap, where=first == k)
     return out[0] if self.ndim == 3 else out
 
 
@@ -444,10 +470,13 @@ def avg_pool_divisors(sizes, kernel, stride, padding, ceil_mode, count_include_p
 @forward("avg_pool2d")
 def _avg_pool2d_fwd(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     x = _batched4(self)
-    windows, _ = _pool_windows(x, kernel_size, stride, padding, (1, 1), ceil_mode, 0.0)
+    _, _, taps = _pool_taps(x, kernel_size, stride, padding, (1, 1), ceil_mode, 0.0)
+    total = taps[0].copy()
+    for tap in taps[1:]:
+        total += tap
     divisors = avg_pool_divisors(x.shape[2:], kernel_size, stride, padding, ceil_mode, count_include_pad,
                                  divisor_override)
-    out = windows.sum(-1) / divisors.astype(self.dtype)
+    out = total / divisors.astype(self.dtype)
     return out[0] if self.ndim == 3 else out
 
 
@@ -463,9 +492,10 @@ def _avg_pool2d_backward_fwd(grad_output, input_sizes, kernel_size, stride, padd
     for i in range(2):
         _, extra = pool_geometry(sizes[2 + i], kernel_size[i], stride[i], padding[i], 1, ceil_mode)
         pads.append((padding[i], padding[i] + extra))
-    padded = list(sizes[:2]) + [sizes[2 + i] + b + a for i, (b, a) in enumerate(pads)]
-    cols = np.broadcast_to(share[..., None, None], share.shape + tuple(kernel_size))
-    out = np.ascontiguousarray(_cropped(_col2im_fwd(cols, padded, kernel_size, (1, 1), stride, POOL_ORDER), pads))
+    out = np.zeros(tuple(sizes[:2]) + tuple(sizes[2 + i] + b + a for i, (b, a) in enumerate(pads)), dtype=g.dtype)
+    for where in _tap_slices(kernel_size, stride, (1, 1), share.shape[2:]):
+        out[where] += share
+    out = np.ascontiguousarray(_cropped(out, pads))
     return out[0] if len(input_sizes) == 3 else out
 
 
@@ -499,6 +529,49 @@ def _constant_pad_nd_fwd(self, pad, value):
 def constant_pad_nd_op(input, pad, value=0.0):
     """ConstantPadNdBackward0's op: negative widths crop."""
     return F._call("constant_pad_nd", F.as_tensor(input), tuple(int(p) for p in pad), float(value))
+
+
+# reflection_pad{1,2,3}d and replication_pad{1,2,3}d: `mode` 0 reflects, 1 repeats the edge
+_INDEX_PAD_MODES = ("reflect", "edge")
+
+
+def _index_pad(self, padding, mode):
+    return np.pad(self, pad_pairs(padding, self.ndim), mode=_INDEX_PAD_MODES[mode])
+
+
+for _dims in (1, 2, 3):
+    forward(f"reflection_pad{_dims}d")(lambda self, padding: _index_pad(self, padding, 0))
+    forward(f"replication_pad{_dims}d")(lambda self, padding: _index_pad(self, padding, 1))
+forward("_index_pad")(_index_pad)
+
+
+@forward("_index_pad_backward")
+def _index_pad_backward_fwd(grad_output, input_sizes, padding, mode):
+    """Each padded position's gradient added to the input position it copies, one dim at a time."""
+    out = grad_output
+    for d, (before, after) in enumerate(pad_pairs(padding, len(input_sizes))):
+        if before or after:
+            source = np.pad(np.arange(input_sizes[d]), (before, after), mode=_INDEX_PAD_MODES[mode])
+            moved = np.moveaxis(out, d, 0)
+            total = np.zeros((input_sizes[d],) + moved.shape[1:], dtype=out.dtype)
+            np.add.at(total, source, moved)
+            out = np.moveaxis(total, 0, d)
+    return np.array(out) if out is grad_output else np.ascontiguousarray(out)
+
+
+def index_pad_op(input, padding, mode: str):
+    """ReflectionPad{1,2,3}DBackward0's and ReplicationPad{1,2,3}DBackward0's ops, by the number of padded
+    dims (``mode`` 'reflect' or 'replicate')."""
+    name = "reflection_pad" if mode == "reflect" else "replication_pad"
+    return F._call(f"{name}{len(padding) // 2}d", input, tuple(int(p) for p in padding))
+
+
+def _index_pad_op(input, padding, mode):
+    return F._call("_index_pad", F.as_tensor(input), tuple(padding), int(mode))
+
+
+def _index_pad_backward_op(grad_output, input_sizes, padding, mode):
+    return F._call("_index_pad_backward", F.as_tensor(grad_output), tuple(input_sizes), tuple(padding), int(mode))
 
 
 @forward("embedding")
@@ -554,6 +627,8 @@ for _name, _numpy_fn, _tensor_fn in [
         ("avg_pool2d", _avg_pool2d_fwd, avg_pool2d_op),
         ("avg_pool2d_backward", _avg_pool2d_backward_fwd, avg_pool2d_backward_op),
         ("constant_pad_nd", _constant_pad_nd_fwd, constant_pad_nd_op),
+        ("_index_pad", _index_pad, _index_pad_op),
+        ("_index_pad_backward", _index_pad_backward_fwd, _index_pad_backward_op),
         ("embedding", _embedding_fwd, embedding_op),
         ("embedding_dense_backward", _embedding_dense_backward_fwd, embedding_dense_backward_op),
         ("native_layer_norm", _native_layer_norm_fwd, native_layer_norm_op),
