@@ -1,6 +1,7 @@
-"""The primitives torch.nn.functional is built on: window gathering for convolution and pooling,
-dropout's mask, and the run-time range check of indices and probabilities.  Their rules are in
-derivatives.yaml; ``symgrad.nn.functional`` composes them.
+"""The ops torch.nn.functional is built on: window gathering for convolution and pooling, dropout's
+mask, the run-time range check of indices and probabilities, and the functions PyTorch records as one
+node (losses, convolution, pooling, padding, embedding, layer norm).  Their rules are in
+derivatives.yaml; ``symgrad.nn.functional`` calls and composes them.
 
 >>> import numpy as np, symgrad
 >>> from symgrad.ops.nn_ops import _im2col
