@@ -56,7 +56,17 @@ def test_shipped_facts_are_the_backends_former_lists():
                                                 "nll_loss_backward",
                                                 # torch surface: selection and repetition
                                                 "gather", "value_selecting_reduction_backward", "repeat",
-                                                "repeat_backward", "masked_fill.Scalar"}
+                                                "repeat_backward", "masked_fill.Scalar",
+                                                # torch.nn.functional with PyTorch's nodes
+                                                "convolution", "convolution_backward_input",
+                                                "convolution_backward_weight", "max_pool2d",
+                                                "max_pool2d_with_indices_backward", "_max_pool2d_pick",
+                                                "avg_pool2d", "avg_pool2d_backward", "constant_pad_nd", "embedding",
+                                                "embedding_dense_backward", "native_layer_norm", "masked_fill.Tensor",
+                                                "linalg_vector_norm", "linalg_vector_norm.inf",
+                                                "linalg_vector_norm.zero", "reflection_pad1d", "reflection_pad2d",
+                                                "reflection_pad3d", "replication_pad1d", "replication_pad2d",
+                                                "replication_pad3d", "_index_pad", "_index_pad_backward"}
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {

@@ -246,12 +246,42 @@ CASES = [
      [_normal(1, 4, 3, 2), _normal(1, 2, 5, 2), _normal(1, 2, 5, 2)], [0, 1, 2], True),
 ]
 
+
+def _lib(F):
+    """The library whose torch.nn.functional ``F`` is (for calls outside it: torch.norm, Tensor.masked_fill)."""
+    return symgrad if F is SF else torch
+
+
+# norms and masked_fill with a tensor value: ops with PyTorch's nodes too (LinalgVectorNormBackward0,
+# MaskedFillBackward1)
+CASES += [
+    ("norm", lambda F, x: _lib(F).norm(x), [_normal(3, 4)], [0], True),
+    ("norm_dim_keepdim", lambda F, x: _lib(F).norm(x, dim=1, keepdim=True), [_normal(3, 4)], [0], True),
+    ("norm_p1", lambda F, x: _lib(F).norm(x, p=1, dim=0), [_normal(3, 4)], [0], True),
+    ("vector_norm_3", lambda F, x: _lib(F).linalg.vector_norm(x, 3, dim=(0, 2)), [_normal(2, 3, 4)], [0], True),
+    ("vector_norm_half", lambda F, x: _lib(F).linalg.vector_norm(x, 0.5), [_normal(3, 4)], [0], True),
+    ("vector_norm_negative", lambda F, x: _lib(F).linalg.vector_norm(x, -2, dim=1), [_normal(3, 4)], [0], True),
+    ("vector_norm_inf", lambda F, x: _lib(F).linalg.vector_norm(x, float("inf"), dim=1), [_normal(3, 4)], [0], True),
+    ("vector_norm_minus_inf", lambda F, x: _lib(F).linalg.vector_norm(x, -float("inf")), [_normal(3, 4)], [0], True),
+    ("vector_norm_zero_row", lambda F, x: _lib(F).linalg.vector_norm(x, dim=1), [_fixed([[0.0, 0.0], [3.0, 4.0]])],
+     [0], True),
+    ("masked_fill_tensor", lambda F, x, v: x.masked_fill(x > 0, v), [_normal(3, 4), _fixed(0.5)], [0, 1], True),
+    ("masked_fill_broadcast_mask", lambda F, x, m, v: x.masked_fill(m, v), [_normal(2, 3, 4), _bool_mask(3, 4),
+                                                                            _fixed(-1.5)], [0, 2], True),
+    ("layer_norm_weight_only", lambda F, x, w: F.layer_norm(x, (3, 4), w), [_normal(2, 3, 4), _normal(3, 4)], [0, 1],
+     True),
+    ("pad_nothing", lambda F, x: F.pad(x, (0, 0, 1, -1)), [_normal(3, 4)], [0], True),
+    ("conv2d_same_even_kernel_groups", lambda F, x, w, b: F.conv2d(x, w, b, padding="same", groups=2),
+     [_normal(2, 4, 5, 6), _normal(4, 2, 2, 3), _normal(4)], [0, 1, 2], True),
+]
+
 # No second-order comparison for these, and why.
 NO_TORCH_DOUBLE = {
     "elu_at_zero": "at x = 0 torch's first derivative takes the x <= 0 side (alpha), its second the x > 0 side (0)",
     "celu_at_zero": "as elu_at_zero (torch computes celu with its elu kernel)",
     "selu_at_zero": "as elu_at_zero (torch computes selu with its elu kernel)",
     "normalize_zero_row": "torch's second derivative is nan at a zero row; symgrad's is 0 (its first is 0 there too)",
+    "vector_norm_zero_row": "as normalize_zero_row",
     "sdpa_gqa": "torch has no double backward for its grouped-query attention kernel",
     "hardsigmoid": "torch has no double backward for hardsigmoid",
 }
@@ -635,6 +665,132 @@ def test_grad_fn_names_match_torch(call):
     got = call(SF, symgrad.tensor(x, requires_grad=True))
     want = call(TF, torch.tensor(x, requires_grad=True))
     assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__
+
+
+def _graph(fn, depth: int = 3):
+    """A node's class name and, ``depth`` levels down, those of its ``next_functions`` (None kept)."""
+    if fn is None:
+        return None
+    if depth == 0:
+        return type(fn).__name__
+    return type(fn).__name__, tuple(_graph(f, depth - 1) for f, _ in fn.next_functions)
+
+
+def _indices(lo, hi, *shape):
+    return lambda r: r.integers(lo, hi, shape).astype(np.int64)
+
+
+# (id, call(F, lib, *args), argument makers): float arguments require grad; the graph of the output, three
+# levels down, is PyTorch's (the nodes of torch.nn.functional with one of their own in PyTorch, and how the
+# others are composed around them)
+GRAPHS = [
+    ("layer_norm", lambda F, L, x: F.layer_norm(x, (4,)), [_normal(3, 4)]),
+    ("layer_norm_affine", lambda F, L, x, w, b: F.layer_norm(x, (3, 4), w, b), [_normal(2, 3, 4), _normal(3, 4),
+                                                                                _normal(3, 4)]),
+    ("layer_norm_weight_only", lambda F, L, x, w: F.layer_norm(x, (4,), w), [_normal(2, 3, 4), _normal(4)]),
+    ("embedding", lambda F, L, i, w: F.embedding(i, w), [_indices(0, 5, 2, 3), _normal(5, 4)]),
+    ("embedding_padding", lambda F, L, i, w: F.embedding(i, w, padding_idx=1), [_indices(0, 5, 2, 3), _normal(5, 4)]),
+    ("conv1d", lambda F, L, x, w, b: F.conv1d(x, w, b, padding=1), [_normal(2, 3, 7), _normal(4, 3, 3), _normal(4)]),
+    ("conv1d_unbatched", lambda F, L, x, w: F.conv1d(x, w), [_normal(3, 7), _normal(4, 3, 3)]),
+    ("conv2d", lambda F, L, x, w, b: F.conv2d(x, w, b, stride=2, padding=1), [_normal(2, 3, 7, 6), _normal(4, 3, 3, 3),
+                                                                              _normal(4)]),
+    ("conv2d_nobias_groups", lambda F, L, x, w: F.conv2d(x, w, groups=2, dilation=2), [_normal(2, 4, 7, 6),
+                                                                                        _normal(6, 2, 2, 2)]),
+    ("conv2d_same_odd", lambda F, L, x, w: F.conv2d(x, w, padding="same"), [_normal(2, 3, 5, 5), _normal(4, 3, 3, 3)]),
+    ("conv2d_same_even", lambda F, L, x, w: F.conv2d(x, w, padding="same"), [_normal(2, 3, 5, 5), _normal(4, 3, 2, 2)]),
+    ("conv2d_unbatched", lambda F, L, x, w: F.conv2d(x, w), [_normal(3, 5, 5), _normal(4, 3, 3, 3)]),
+    ("max_pool2d", lambda F, L, x: F.max_pool2d(x, 2), [_normal(2, 3, 6, 6)]),
+    ("max_pool2d_pad_ceil", lambda F, L, x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), [_normal(2, 3, 7, 6)]),
+    ("max_pool2d_indices", lambda F, L, x: F.max_pool2d(x, 2, return_indices=True)[0], [_normal(2, 3, 6, 6)]),
+    ("max_pool2d_unbatched", lambda F, L, x: F.max_pool2d(x, 2), [_normal(3, 6, 6)]),
+    ("max_pool1d", lambda F, L, x: F.max_pool1d(x, 2), [_normal(2, 3, 6)]),
+    ("avg_pool2d", lambda F, L, x: F.avg_pool2d(x, 2), [_normal(2, 3, 6, 6)]),
+    ("avg_pool2d_pad", lambda F, L, x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [_normal(2, 3, 7, 6)]),
+    ("avg_pool2d_unbatched", lambda F, L, x: F.avg_pool2d(x, 2), [_normal(3, 6, 6)]),
+    ("avg_pool1d", lambda F, L, x: F.avg_pool1d(x, 2), [_normal(2, 3, 6)]),
+    ("pad_constant", lambda F, L, x: F.pad(x, (1, 2)), [_normal(2, 3)]),
+    ("pad_crop", lambda F, L, x: F.pad(x, (-1, 2, 1, -1), value=0.5), [_normal(2, 4, 5)]),
+    ("pad_nothing", lambda F, L, x: F.pad(x, (0, 0)), [_normal(2, 3)]),
+    ("pad_reflect_1d", lambda F, L, x: F.pad(x, (2, 1), mode="reflect"), [_normal(2, 3, 4)]),
+    ("pad_reflect_2d", lambda F, L, x: F.pad(x, (1, 2, 2, 0), mode="reflect"), [_normal(3, 4, 5)]),
+    ("pad_reflect_3d", lambda F, L, x: F.pad(x, (1, 1, 0, 2, 1, 0), mode="reflect"), [_normal(1, 2, 3, 4, 3)]),
+    ("pad_replicate_1d", lambda F, L, x: F.pad(x, (3, 1), mode="replicate"), [_normal(3, 4)]),
+    ("pad_replicate_2d", lambda F, L, x: F.pad(x, (1, 0, 2, 2), mode="replicate"), [_normal(2, 2, 3, 4)]),
+    ("pad_replicate_3d", lambda F, L, x: F.pad(x, (1, 1, 1, 1, 1, 1), mode="replicate"), [_normal(2, 3, 2, 3)]),
+    ("normalize", lambda F, L, x: F.normalize(x), [_normal(3, 4)]),
+    ("dropout", lambda F, L, x: F.dropout(x, 0.3), [_normal(3, 4)]),
+    ("norm", lambda F, L, x: L.norm(x), [_normal(3, 4)]),
+    ("norm_dim_keepdim", lambda F, L, x: L.norm(x, dim=1, keepdim=True), [_normal(3, 4)]),
+    ("norm_p1", lambda F, L, x: L.norm(x, p=1), [_normal(3, 4)]),
+    ("tensor_norm", lambda F, L, x: x.norm(), [_normal(3, 4)]),
+    ("vector_norm_3", lambda F, L, x: L.linalg.vector_norm(x, 3, dim=(0, 2)), [_normal(2, 3, 4)]),
+    ("vector_norm_inf", lambda F, L, x: L.linalg.vector_norm(x, float("inf"), dim=1), [_normal(3, 4)]),
+    ("vector_norm_0", lambda F, L, x: L.linalg.vector_norm(x, 0), [_normal(3, 4)]),
+    ("linalg_norm", lambda F, L, x: L.linalg.norm(x), [_normal(3, 4)]),
+    ("masked_fill_tensor", lambda F, L, x, v: x.masked_fill(x > 0, v), [_normal(3, 4), _fixed(0.5)]),
+    ("masked_fill_constant_tensor", lambda F, L, x: x.masked_fill(x > 0, L.tensor(0.5, dtype=x.dtype)),
+     [_normal(3, 4)]),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", GRAPHS, ids=[c[0] for c in GRAPHS])
+def test_grad_fn_graphs_match_torch(case, dtype):
+    name, call, makers = case
+    r = np.random.default_rng(0)
+    arrays = [np.asarray(m(r)) for m in makers]
+    arrays = [a.astype(dtype) if a.dtype.kind == "f" else a for a in arrays]
+    got = call(SF, symgrad, *[symgrad.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
+    want = call(TF, torch, *[torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
+    assert _graph(got.grad_fn) == _graph(want.grad_fn)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_max_pool_with_nan_matches_torch_eagerly(dtype):
+    """A window with a nan has the value nan and its gradient goes where torch's does (its last nan)."""
+    x = np.array([[[[1.0, np.nan, 3.0], [0.5, 2.0, np.nan], [4.0, -1.0, 0.0]]]], dtype=dtype)
+    w = np.array([[[[0.5, -1.0], [2.0, 1.5]]]], dtype=dtype)
+    got_x, want_x = symgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got, want = SF.max_pool2d(got_x, 2, stride=1), TF.max_pool2d(want_x, 2, stride=1)
+    np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+    (got * symgrad.tensor(w)).sum().backward()
+    (want * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(got_x.grad.numpy(), want_x.grad.numpy())
+
+
+def test_zero_norm_counts_and_has_a_zero_gradient():
+    """ord=0 counts the nonzero entries: LinalgVectorNormBackward0 as in torch, whose gradient is undefined (None);
+    symgrad's is zeros eagerly (None when compiled: the count is not differentiable)."""
+    x = np.array([[0.0, 1.5, -2.0], [0.0, 0.0, 3.0]])
+    got = symgrad.linalg.vector_norm(symgrad.tensor(x, requires_grad=True), 0, dim=1)
+    want = torch.linalg.vector_norm(torch.tensor(x, requires_grad=True), 0, dim=1)
+    assert type(got.grad_fn).__name__ == type(want.grad_fn).__name__ == "LinalgVectorNormBackward0"
+    np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+    (g,) = symgrad.autograd.grad(got.sum(), got.grad_fn.next_functions[0][0].variable)
+    np.testing.assert_array_equal(g.numpy(), np.zeros_like(x))
+
+
+def test_nn_ops_are_decomposed_in_compiled_graphs():
+    """A compiled graph holds the compositions (im2col, matmul, reductions), not the eager ops."""
+    r = np.random.default_rng(3)
+    programs = {
+        "convolution": (lambda x, w: SF.conv2d(x, w, padding=1), [r.standard_normal((2, 3, 5, 5)),
+                                                                   r.standard_normal((4, 3, 3, 3))]),
+        "max_pool2d": (lambda x: SF.max_pool2d(x, 2), [r.standard_normal((2, 3, 4, 4))]),
+        "avg_pool2d": (lambda x: SF.avg_pool2d(x, 2), [r.standard_normal((2, 3, 4, 4))]),
+        "constant_pad_nd": (lambda x: SF.pad(x, (1, 1)), [r.standard_normal((2, 3))]),
+        "reflection_pad2d": (lambda x: SF.pad(x, (1, 1, 2, 0), mode="reflect"), [r.standard_normal((2, 3, 4))]),
+        "replication_pad1d": (lambda x: SF.pad(x, (1, 2), mode="replicate"), [r.standard_normal((2, 3))]),
+        "embedding": (lambda w: SF.embedding(symgrad.tensor([[0, 2]]), w), [r.standard_normal((3, 2))]),
+        "native_layer_norm": (lambda x: SF.layer_norm(x, (3,)), [r.standard_normal((2, 3))]),
+        "linalg_vector_norm": (lambda x: symgrad.linalg.vector_norm(x, dim=1), [r.standard_normal((2, 3))]),
+        "masked_fill.Tensor": (lambda x: x.masked_fill(x > 0, symgrad.tensor(1.0, dtype=symgrad.float64)),
+                               [r.standard_normal((2, 3))]),
+    }
+    for op, (program, args) in programs.items():
+        graph = symgrad.trace(program, *args)
+        ops = [n.op for n in graph.nodes]
+        assert op not in ops and ops, (op, ops)
 
 
 def _activations_and_losses(x, y):

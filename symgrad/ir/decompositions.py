@@ -53,4 +53,17 @@ DECOMPOSITIONS: dict[str, Callable] = {
     "binary_cross_entropy_with_logits": NNF._binary_cross_entropy_with_logits_composite,
     "nll_loss": NNF._nll_loss_composite,
     "nll_loss2d": NNF._nll_loss_composite,
+    # torch.nn.functional with PyTorch's nodes (ConvolutionBackward0...): im2col, matmul, reductions
+    "convolution": NNF._convolution_composite,
+    "max_pool2d": NNF._max_pool2d_composite,
+    "avg_pool2d": NNF._avg_pool2d_composite,
+    "constant_pad_nd": NNF._constant_pad_nd_composite,
+    **{f"reflection_pad{d}d": NNF._reflection_pad_composite for d in (1, 2, 3)},
+    **{f"replication_pad{d}d": NNF._replication_pad_composite for d in (1, 2, 3)},
+    "embedding": NNF._embedding_composite,
+    "native_layer_norm": NNF._native_layer_norm_composite,
+    "masked_fill.Tensor": F._masked_fill_tensor_composite,
+    "linalg_vector_norm": F._linalg_vector_norm_composite,
+    "linalg_vector_norm.inf": F._linalg_vector_norm_composite,
+    "linalg_vector_norm.zero": F._linalg_vector_norm_composite,
 }

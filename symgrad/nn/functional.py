@@ -1,11 +1,12 @@
 """``torch.nn.functional``: activations, losses, normalisation, convolution, pooling and attention.
 
-Every function here is a composition of symgrad ops that have rules in the rule table, so its
-gradients (of every order) come from ``derivatives.yaml`` like any other op's.  The losses PyTorch
-records as one node (``MseLossBackward0``, ``NllLossBackward0``, ``BinaryCrossEntropyWithLogitsBackward0``...)
-are such ops themselves; a compiled graph records their compositions (``_*_composite`` below) instead.  Convolution and
-pooling gather windows with the ``_im2col`` primitive and then use one matmul (BLAS) or one
-reduction; its transpose ``_col2im`` is the gradient.  The signatures are PyTorch 2.x's.
+Every function here is a symgrad op with a rule in the rule table or a composition of such ops, so its
+gradients (of every order) come from ``derivatives.yaml`` like any other op's.  The functions PyTorch
+records as one node (``MseLossBackward0``, ``NllLossBackward0``, ``ConvolutionBackward0``,
+``MaxPool2DWithIndicesBackward0``, ``NativeLayerNormBackward0``...) are such ops themselves; a compiled graph
+records their compositions (``_*_composite`` below) instead.  Those compositions of convolution and pooling
+gather windows with the ``_im2col`` primitive and then use one matmul (BLAS) or one reduction; its
+transpose ``_col2im`` is the gradient.  The signatures are PyTorch 2.x's.
 
 >>> import symgrad as torch
 >>> import symgrad.nn.functional as F
@@ -25,7 +26,7 @@ import warnings
 import numpy as np
 
 from .. import dtypes as _dt
-from ..autograd.grad_mode import is_grad_enabled
+from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ..ops import functional as T
 from ..ops import registry
 from ..ops.nn_ops import (
@@ -35,9 +36,19 @@ from ..ops.nn_ops import (
     _check_range,
     _dropout_mask,
     _im2col,
+    avg_pool2d_op,
+    avg_pool_divisors,
     check_range,
+    constant_pad_nd_op,
+    convolution_op,
+    embedding_op,
+    index_pad_op,
+    max_pool2d_op,
+    native_layer_norm_op,
     nll_loss2d_op,
     nll_loss_op,
+    pad_pairs,
+    pool_geometry,
     window_count,
 )
 from ..tensor import Tensor
@@ -674,17 +685,25 @@ def _normalized_dims(input: Tensor, normalized_shape, op: str) -> tuple[int, ...
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
-    """Normalise over the trailing ``normalized_shape`` dims (biased variance), then scale and shift."""
-    x = _tensor(input, "input", "layer_norm")
+    """Normalise over the trailing ``normalized_shape`` dims (biased variance), then scale and shift
+    (NativeLayerNormBackward0)."""
+    x = _float(_tensor(input, "input", "layer_norm"), "layer_norm")
     dims = _normalized_dims(x, normalized_shape, "layer_norm")
+    shape = tuple(x.shape[d] for d in dims)
+    w = _const(1.0, x) if weight is None else _tensor(weight, "weight", "layer_norm")
+    b = _const(0.0, x) if bias is None else _tensor(bias, "bias", "layer_norm")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != shape:
+            raise RuntimeError(f"layer_norm: expected {name} of shape {list(shape)} (normalized_shape), got "
+                               f"{list(t.shape)}")
+    return native_layer_norm_op(x, shape, w, b, eps)
+
+
+def _native_layer_norm_composite(x: Tensor, normalized_shape, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     centred = x - T.mean(x, dims, keepdim=True)
     var = T.mean(centred * centred, dims, keepdim=True)
-    out = centred * T.rsqrt(var + eps)
-    if weight is not None:
-        out = out * _tensor(weight, "weight", "layer_norm")
-    if bias is not None:
-        out = out + _tensor(bias, "bias", "layer_norm")
-    return out
+    return centred * T.rsqrt(var + eps) * weight + bias
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
@@ -769,7 +788,7 @@ def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None)
         raise NotImplementedError("normalize: the out= argument is not supported; use the returned tensor")
     x = _tensor(input, "input", "normalize")
     norm = T.linalg_vector_norm(x, p, dim, keepdim=True)
-    return x / T.clamp_min(norm, eps)
+    return x / T.expand(T.clamp_min(norm, eps), tuple(x.shape))     # PyTorch's graph: an ExpandBackward0
 
 
 def one_hot(tensor, num_classes: int = -1) -> Tensor:
@@ -806,12 +825,19 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
     rows = w.shape[0]
     idx = _checked(idx, 0, rows - 1, None, "IndexError",
                    f"embedding: index out of range in self (index {{value}}, num_embeddings {rows})")
-    out = w[idx]
+    if w.ndim != 2:
+        raise RuntimeError(f"'weight' must be 2-D, got a weight of size {list(w.shape)}")
     if padding_idx is not None:
         if not -rows <= padding_idx < rows:
             raise AssertionError("Padding_idx must be within num_embeddings")
         padding_idx %= rows
-        out = T.where(T.unsqueeze(T.eq(idx, padding_idx), -1), out.detach(), out)
+    return embedding_op(w, idx, -1 if padding_idx is None else padding_idx)
+
+
+def _embedding_composite(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
+    out = weight[indices]
+    if padding_idx >= 0:
+        out = T.where(T.unsqueeze(T.eq(indices, padding_idx), -1), out.detach(), out)
     return out
 
 
@@ -834,13 +860,12 @@ def pad(input, pad, mode: str = "constant", value: float | None = None) -> Tenso
     for k in range(len(widths) // 2):
         pairs[x.ndim - 1 - k] = (widths[2 * k], widths[2 * k + 1])
     if mode == "constant":
-        for d, (before, after) in enumerate(pairs):     # negative widths crop
-            if before < 0 or after < 0:
-                x = T.slice_op(x, d, -before if before < 0 else 0, x.shape[d] + after if after < 0 else x.shape[d])
-        positive = [(max(b, 0), max(a, 0)) for b, a in pairs]
-        if not any(b or a for b, a in positive):
-            return x if any(b < 0 or a < 0 for b, a in pairs) else T.clone(x)
-        return T._numpy_pad(x, positive, "constant", 0.0 if value is None else value)
+        for d, (before, after) in enumerate(pairs):
+            if x.shape[d] + before + after < 0:
+                raise RuntimeError(f"The input size {x.shape[d]}, plus negative padding {before} and {after} "
+                                   f"resulted in a negative output size, which is invalid. Check dimension {d} of "
+                                   f"your input.")
+        return constant_pad_nd_op(x, widths, 0.0 if value is None else value)
     if mode not in _PAD_MODES:
         raise NotImplementedError(f"pad: mode={mode!r} is not supported (supported: 'constant', 'reflect', "
                                   f"'replicate', 'circular')")
@@ -858,11 +883,36 @@ def pad(input, pad, mode: str = "constant", value: float | None = None) -> Tenso
         if before > limit or after > limit:
             raise RuntimeError(f"pad: padding ({before}, {after}) of dim {d} must be at most {limit} in mode "
                                f"{mode!r} (the dim has size {x.shape[d]})")
-    return T._numpy_pad(x, pairs, _PAD_MODES[mode])
+    if mode == "circular":
+        return T._numpy_pad(x, pairs, _PAD_MODES[mode])
+    return index_pad_op(x, widths, mode)
+
+
+def _index_pad_composite(x: Tensor, padding, mode: str) -> Tensor:
+    return T._numpy_pad(x, pad_pairs(padding, x.ndim), _PAD_MODES[mode])
+
+
+def _reflection_pad_composite(x: Tensor, padding) -> Tensor:
+    return _index_pad_composite(x, padding, "reflect")
+
+
+def _replication_pad_composite(x: Tensor, padding) -> Tensor:
+    return _index_pad_composite(x, padding, "replicate")
 
 
 
 # --- convolution and pooling --------------------------------------------------------------------
+
+def _constant_pad_nd_composite(x: Tensor, pad, value: float) -> Tensor:
+    pairs = pad_pairs(pad, x.ndim)
+    for d, (before, after) in enumerate(pairs):     # negative widths crop
+        if before < 0 or after < 0:
+            x = T.slice_op(x, d, -before if before < 0 else 0, x.shape[d] + after if after < 0 else x.shape[d])
+    positive = [(max(b, 0), max(a, 0)) for b, a in pairs]
+    if not any(b or a for b, a in positive):
+        return T.clone(x)
+    return T._numpy_pad(x, positive, "constant", value)
+
 
 def _tuple(value, n: int, name: str, op: str) -> tuple[int, ...]:
     if isinstance(value, (int, np.integer)):
@@ -920,14 +970,31 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, spatial: int, 
         pads = [(p, p) for p in _tuple(padding, spatial, "padding", op)]
         if any(p < 0 for p, _ in pads):
             raise RuntimeError(f"{op}: negative padding is not supported, got padding={padding}")
-    if spatial == 1:      # a 1-d convolution is a 2-d one over a height of 1
-        x, w = T.unsqueeze(x, 2), T.unsqueeze(w, 2)
-        kernel, stride, dilation, pads = (1,) + kernel, (1,) + stride, (1,) + dilation, [(0, 0)] + pads
-    sizes = [x.shape[2 + i] + pads[i][0] + pads[i][1] for i in range(2)]
-    if any(window_count(sizes[i], kernel[i], dilation[i], stride[i]) == 0 for i in range(2)):
+    sizes = [x.shape[2 + i] + pads[i][0] + pads[i][1] for i in range(spatial)]
+    if any(window_count(sizes[i], kernel[i], dilation[i], stride[i]) == 0 for i in range(spatial)):
         raise RuntimeError(f"{op}: Calculated padded input size per channel: ({' x '.join(map(str, sizes))}). "
                            f"Kernel size: ({' x '.join(map(str, kernel))}). Kernel size can't be greater than actual "
                            f"input size")
+    b = None if bias is None else _tensor(bias, "bias", op)
+    if b is not None and tuple(b.shape) != (out_channels,):
+        raise RuntimeError(f"Given weight of size {list(w.shape)}, expected bias to be 1-dimensional with "
+                           f"{out_channels} elements, but got bias of size {list(b.shape)} instead")
+    if any(a != b for b, a in pads):    # 'same' with an even span: the extra column goes after, padded first
+        x = constant_pad_nd_op(x, [width for b, a in reversed(pads) for width in (0, a - b)], 0.0)
+        pads = [(b, b) for b, _ in pads]
+    out = convolution_op(x, w, b, stride, [p for pair in pads for p in pair], dilation, groups)
+    return T.squeeze(out, 0) if unbatched else out
+
+
+def _convolution_composite(x: Tensor, w: Tensor, bias, stride, padding, dilation, groups: int) -> Tensor:
+    spatial = x.ndim - 2
+    kernel = tuple(w.shape[2:])
+    out_channels = w.shape[0]
+    pads = [(padding[2 * i], padding[2 * i + 1]) for i in range(spatial)]
+    stride, dilation = tuple(stride), tuple(dilation)
+    if spatial == 1:      # a 1-d convolution is a 2-d one over a height of 1
+        x, w = T.unsqueeze(x, 2), T.unsqueeze(w, 2)
+        kernel, stride, dilation, pads = (1,) + kernel, (1,) + stride, (1,) + dilation, [(0, 0)] + pads
     if any(b or a for b, a in pads):
         x = T._numpy_pad(x, [(0, 0), (0, 0)] + pads, "constant", 0.0)
     cols = _im2col(x, kernel, dilation, stride, CONV_ORDER)          # (C, kh, kw, N, OH, OW)
@@ -938,11 +1005,9 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, spatial: int, 
     else:
         out = T.bmm(T.reshape(w, (groups, out_channels // groups, taps)), T.reshape(cols, (groups, taps, n * oh * ow)))
     if bias is not None:
-        out = T.reshape(out, (out_channels, n * oh * ow)) + T.reshape(_tensor(bias, "bias", op), (out_channels, 1))
+        out = T.reshape(out, (out_channels, n * oh * ow)) + T.reshape(bias, (out_channels, 1))
     out = T.permute(T.reshape(out, (out_channels, n, oh, ow)), (1, 0, 2, 3))
-    if spatial == 1:
-        out = T.squeeze(out, 2)
-    return T.squeeze(out, 0) if unbatched else out
+    return T.squeeze(out, 2) if spatial == 1 else out
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
@@ -956,21 +1021,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
-def _pool_geometry(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> tuple[int, int]:
-    """Output length and the extra padding after the input that ``ceil_mode`` needs."""
-    span = dilation * (kernel - 1) + 1
-    room = size + 2 * pad - span
-    if room < 0:
-        return 0, 0
-    count = (-(-room // stride) if ceil_mode else room // stride) + 1
-    if ceil_mode and (count - 1) * stride >= size + pad:   # the last window must start inside the input
-        count -= 1
-    extra = max(0, (count - 1) * stride + span - (size + 2 * pad))
-    return count, extra
-
-
 def _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op):
-    x, unbatched = _batched(_tensor(input, "input", op), 2, op)
+    x = _tensor(input, "input", op)
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"{op}: expected a 3-d (unbatched) or 4-d (batched) input, got input of size: "
+                           f"{list(x.shape)}")
     kernel = _tuple(kernel_size, 2, "kernel_size", op)
     stride = kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) else \
         _tuple(stride, 2, "stride", op)
@@ -978,23 +1033,41 @@ def _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op):
     dilation = _tuple(dilation, 2, "dilation", op)
     if any(k < 1 for k in kernel) or any(s < 1 for s in stride) or any(d < 1 for d in dilation):
         raise RuntimeError(f"{op}: kernel_size {kernel}, stride {stride} and dilation {dilation} must be positive")
-    geometry = [_pool_geometry(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+    geometry = [pool_geometry(x.shape[-2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
                 for i in range(2)]
     if any(count <= 0 for count, _ in geometry):
-        raise RuntimeError(f"{op}: Given input size: ({'x'.join(map(str, x.shape[1:]))}). Calculated output size: "
-                           f"({x.shape[1]}x{geometry[0][0]}x{geometry[1][0]}). Output size is too small")
-    return x, unbatched, kernel, stride, padding, dilation, geometry
+        raise RuntimeError(f"{op}: Given input size: ({'x'.join(map(str, x.shape[-3:]))}). Calculated output size: "
+                           f"({x.shape[-3]}x{geometry[0][0]}x{geometry[1][0]}). Output size is too small")
+    return x, kernel, stride, padding, dilation, geometry
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
                return_indices: bool = False):
     """Maximum over each window; the gradient goes to the first maximal element of a window (as PyTorch's)."""
-    x, unbatched, kernel, stride, padding, dilation, geometry = _pool_args(
+    x, kernel, stride, padding, dilation, geometry = _pool_args(
         input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
     for i in range(2):
         if padding[i] > (dilation[i] * (kernel[i] - 1) + 1) // 2:
             raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={padding[i]}, "
                                f"kernel_size={kernel[i]} and dilation={dilation[i]}")
+    values = max_pool2d_op(x, kernel, stride, padding, dilation, ceil_mode)
+    if not return_indices:
+        return values
+    with no_grad():   # the positions of the maxima: the composition's, without a gradient
+        _, indices = _max_pool2d_parts(x, kernel, stride, padding, dilation, ceil_mode, True)
+    return values, indices
+
+
+def _max_pool2d_composite(x: Tensor, kernel, stride, padding, dilation, ceil_mode: bool) -> Tensor:
+    return _max_pool2d_parts(x, kernel, stride, padding, dilation, ceil_mode, False)
+
+
+def _max_pool2d_parts(x: Tensor, kernel, stride, padding, dilation, ceil_mode: bool, return_indices: bool):
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = T.unsqueeze(x, 0)
+    geometry = [pool_geometry(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+                for i in range(2)]
     pads = [(0, 0), (0, 0)] + [(padding[i], padding[i] + geometry[i][1]) for i in range(2)]
     if any(b or a for b, a in pads):
         x_padded = T._numpy_pad(x, pads, "constant", -math.inf)
@@ -1020,7 +1093,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                divisor_override=None) -> Tensor:
     """Mean over each window; the divisor counts the padding (``count_include_pad``) but never positions that
     ``ceil_mode`` adds beyond it, as PyTorch's."""
-    x, unbatched, kernel, stride, padding, _, geometry = _pool_args(
+    x, kernel, stride, padding, _, geometry = _pool_args(
         input, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
     for i in range(2):
         if padding[i] > kernel[i] // 2:
@@ -1028,6 +1101,15 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                                f"padW = {padding[1]}, padH = {padding[0]}, kW = {kernel[1]}, kH = {kernel[0]}")
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
+    return avg_pool2d_op(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _avg_pool2d_composite(x: Tensor, kernel, stride, padding, ceil_mode: bool, count_include_pad: bool,
+                          divisor_override) -> Tensor:
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = T.unsqueeze(x, 0)
+    geometry = [pool_geometry(x.shape[2 + i], kernel[i], stride[i], padding[i], 1, ceil_mode) for i in range(2)]
     pads = [(0, 0), (0, 0)] + [(padding[i], padding[i] + geometry[i][1]) for i in range(2)]
     x_padded = T._numpy_pad(x, pads, "constant", 0.0) if any(b or a for b, a in pads) else x
     cols = _im2col(x_padded, kernel, (1, 1), stride, POOL_ORDER)
@@ -1035,15 +1117,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
     if divisor_override is not None:
         out = sums / float(divisor_override)
     else:
-        counts = []
-        for i in range(2):
-            size = x.shape[2 + i]
-            start = np.arange(geometry[i][0]) * stride[i] - padding[i]
-            end = np.minimum(start + kernel[i], size + padding[i])
-            if not count_include_pad:
-                start, end = np.maximum(start, 0), np.minimum(end, size)
-            counts.append(end - start)
-        out = sums / _const(np.outer(counts[0], counts[1]), sums)
+        out = sums / _const(avg_pool_divisors(x.shape[2:], kernel, stride, padding, ceil_mode, count_include_pad,
+                                              None), sums)
     return T.squeeze(out, 0) if unbatched else out
 
 

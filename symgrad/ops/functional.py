@@ -2807,6 +2807,35 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim: bool = False) -> Tensor:
     if isinstance(ord, str):
         raise ValueError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
     ord = float(ord)
+    if t.dtype.is_floating_point:
+        overload = "linalg_vector_norm.inf" if builtins.abs(ord) == _math.inf else \
+            "linalg_vector_norm.zero" if ord == 0 else "linalg_vector_norm"
+        return _call(overload, t, ord, dims, builtins.bool(keepdim))
+    return _linalg_vector_norm_composite(t, ord, dims, keepdim)
+
+
+@forward("linalg_vector_norm")
+@forward("linalg_vector_norm.inf")
+@forward("linalg_vector_norm.zero")
+def _linalg_vector_norm_fwd(self, ord, dim, keepdim):
+    axes = tuple(range(self.ndim)) if dim is None else tuple(dim)
+    if ord == 2:
+        return np.sqrt(np.sum(self * self, axes, keepdims=keepdim))
+    if builtins.abs(ord) == _math.inf:
+        a = np.abs(self)
+        return np.max(a, axes, keepdims=keepdim) if ord > 0 else np.min(a, axes, keepdims=keepdim)
+    if ord == 1:
+        return np.sum(np.abs(self), axes, keepdims=keepdim)
+    if ord == 0:
+        return np.sum(self != 0, axes, keepdims=keepdim).astype(self.dtype)
+    with np.errstate(divide="ignore"):    # a zero entry and a negative ord: an infinite sum, the norm 0
+        return np.power(np.sum(np.power(np.abs(self), ord), axes, keepdims=keepdim), 1.0 / ord).astype(self.dtype)
+
+
+def _linalg_vector_norm_composite(t: Tensor, ord, dims, keepdim) -> Tensor:
+    """linalg_vector_norm as elementwise ops and reductions (what a compiled graph records)."""
+    dims = tuple(range(t.ndim)) if dims is None else tuple(dims)
+    ord = float(ord)
     if ord == 2:
         return _root_of_nonnegative(sum(t * t, dims, keepdim), 2.0)
     if ord == _math.inf:
@@ -3169,10 +3198,21 @@ def masked_fill(input, mask, value) -> Tensor:
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.ndim} dimension(s).")
     if isinstance(value, Tensor):
-        return where(m, to(value, t.dtype), t)
+        if not t.dtype.is_floating_point:
+            return where(m, to(value, t.dtype), t)
+        return _call("masked_fill.Tensor", t, m, value if value.dtype is t.dtype else to(value, t.dtype))
     if not t.dtype.is_floating_point:   # the number takes the tensor's dtype (PyTorch does not promote here)
         return where(m, Tensor._wrap(np.asarray(value).astype(t._data.dtype)), t)
     return _call("masked_fill.Scalar", t, m, value)
+
+
+@forward("masked_fill.Tensor")
+def _masked_fill_tensor_fwd(self, mask, value):
+    return np.where(mask, value.astype(self.dtype, copy=False), self)
+
+
+def _masked_fill_tensor_composite(self, mask, value):
+    return where(mask, value, self)
 
 
 @forward("masked_fill.Scalar")

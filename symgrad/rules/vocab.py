@@ -30,7 +30,8 @@ HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero
            "prod_backward", "prod_backward_all", "amax_backward_all", "index_reduction_backward",
            "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
            "cumprod_jvp", "cumprod_double_backward",  # numpy surface: reductions, scans and sorting
-           "reduced_grad")  # losses: the gradient of a reduced loss, per element
+           "reduced_grad",  # losses: the gradient of a reduced loss, per element
+           "mean", "trailing_dims", "negated")  # torch.nn.functional: layer_norm's statistics, pad's widths
 # numpy surface: linear algebra. Backward helpers that are compositions of table ops (matmul, solve,
 # inverse...): both implementations are registered by symgrad.ops.functional through
 # symgrad.ops.formula_namespaces.register, the numpy one running the same composition on arrays.
@@ -278,6 +279,16 @@ def inverse_permutation(dims):
     return tuple(inv)
 
 
+def trailing_dims(normalized_shape) -> tuple[int, ...]:
+    """The dims a layer norm normalises: the last ``len(normalized_shape)``, counted from the end."""
+    return tuple(range(-len(normalized_shape), 0))
+
+
+def negated(values) -> tuple[int, ...]:
+    """``values`` with each sign flipped (pad widths: what a pad adds, its gradient crops)."""
+    return tuple(-int(v) for v in values)
+
+
 NUMPY_FUNCTIONS = {
     "math": math,  # printed formulas spell infinities math.inf
     "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
@@ -293,9 +304,10 @@ NUMPY_FUNCTIONS = {
     "prod_backward": _np_prod_backward, "prod_backward_all": _np_prod_backward_all,
     "amax_backward_all": lambda grad, self, result: _np_amax_backward(grad, self, result, None, False),
     "sum": lambda x, dim, keepdim=False: np.sum(x, axis=normalize_dims(dim, np.ndim(x)), keepdims=keepdim),
+    "mean": lambda x, dim, keepdim=False: np.mean(x, axis=normalize_dims(dim, np.ndim(x)), keepdims=keepdim),
     "index_reduction_backward": _np_index_reduction_backward,
     "amax_backward": _np_amax_backward, "var_backward": _np_var_backward, "cat_backward": _np_cat_backward,
-    "inverse_permutation": inverse_permutation,
+    "inverse_permutation": inverse_permutation, "trailing_dims": trailing_dims, "negated": negated,
     # numpy surface: reductions, scans and sorting
     "cumprod_jvp": lambda t, self, dim: _np_cumprod_jvp(t, self, dim),
     "cumprod_double_backward": lambda gg, grad, self, dim: _np_cumprod_double_backward(gg, grad, self, dim),
