@@ -57,7 +57,7 @@ from symgrad.rules.diskcache import warn_once as _warn
 from .kernel_key import canonical_unit, kernel_name, units
 from .scalar_math import IMPORT_LINES, PARALLEL_PRANGE_ONLY, SCALAR_NAMESPACE
 
-FORMAT_VERSION = 3   # 3: one module per canonical kernel unit
+FORMAT_VERSION = 3
 PREFIX = "symgrad_kernels_"
 MODULE_RE = re.compile(rf"^{PREFIX}[0-9a-f]{{24}}\.py$")
 # Trailer of a Numba data file written through symgrad: magic + SHA-256 of the pickled body.

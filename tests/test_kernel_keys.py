@@ -279,3 +279,25 @@ def test_a_second_function_with_the_same_bodies_loads_them_from_the_disk_cache(t
     assert sorted(p.name for p in cache.glob("symgrad_kernels_*.py")) == modules
     ref_value, _ = _eager_rnn(6, rnn_inputs(6))
     assert second["value"] == pytest.approx(ref_value, rel=1e-12)
+
+
+def test_inspect_shows_the_readable_kernels_of_a_shared_unit():
+    """A parallel row kernel is two kernels, the wrapper calling the block; the module that inspect
+    assembles holds both as generated (readable names, IR comments) under the names the glue calls."""
+    from symgrad.compiler.autodiff import autodiff
+    from symgrad.compiler.inspect_report import module_source
+
+    def entropy(L):
+        return symgrad.logsumexp(L, dim=1).mean()
+
+    g = autodiff(symgrad.trace(entropy, np.ones((8, 5))), [0])
+    e = emit_numba(g, "joint", parallel=True)
+    assert [len(u) for u in units(e.kernels)] == [2]
+    fn = e.compile(cache=False)                       # loaded, not called: nothing is compiled
+    text = module_source(fn, "joint").text
+    assert "def row_block_0(" in text and "def row_kernel_0(" in text and "row_block_0(" in text.split(
+        "def row_kernel_0(", 1)[1]
+    assert "# %" in text and "def kernel" not in text
+    namespace: dict = {}
+    exec(compile(text, "<inspected joint>", "exec"), namespace)
+    assert callable(namespace["joint"]) and hasattr(namespace["row_kernel_0"], "py_func")
