@@ -7,6 +7,11 @@ next process.  So the generated source is written as a real module file and regi
 there: they are size-generic and hold no data (sizes and constants are arguments), so the same
 module serves every input size; the per-call Python glue is made in memory.
 
+A module holds one kernel (or the few kernels that call each other) in its canonical form
+(:mod:`codegen.kernel_key`: kernel, parameter and local names normalised, comments dropped), so
+a loop body that a function repeats (an unrolled Python loop) or that another function also has
+is compiled once per process and cached once on disk; the glue calls it by its readable name.
+
 What is trusted, and why (nothing in the cache is taken on faith):
 
 * The directory is :func:`symgrad.rules.diskcache.cache_dir`: ``$SYMGRAD_CACHE_DIR``, else
@@ -49,9 +54,10 @@ import numpy as np
 from symgrad.rules.diskcache import TMP_PREFIX, atomic_write, cache_dir, cache_path, cache_problem
 from symgrad.rules.diskcache import warn_once as _warn
 
+from .kernel_key import canonical_unit, kernel_name, units
 from .scalar_math import IMPORT_LINES, PARALLEL_PRANGE_ONLY, SCALAR_NAMESPACE
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 PREFIX = "symgrad_kernels_"
 MODULE_RE = re.compile(rf"^{PREFIX}[0-9a-f]{{24}}\.py$")
 # Trailer of a Numba data file written through symgrad: magic + SHA-256 of the pickled body.
@@ -62,7 +68,8 @@ log = logging.getLogger("symgrad.cache")
 _lock = threading.RLock()          # module loading and the table below, across threads
 
 
-_loaded: dict[str, dict] = {}   # module name (+ ":memory") -> {kernel name: dispatcher}, for this process
+_loaded: dict[str, dict] = {}   # module name (+ ":memory") -> {canonical kernel name: dispatcher}, for this process
+_counts = {"bodies": 0, "shared": 0}
 
 
 def version_stamp() -> str:
@@ -93,15 +100,20 @@ def helpers_digest() -> str:
 
 
 def module_text(kernels: list[str], imports: str = "") -> str:
-    """The source of a module holding ``kernels`` (decorated, size-generic loop nests; no data, no glue).
+    """The source of a module holding the canonical form of ``kernels`` (decorated, size-generic loop
+    nests that call no kernel outside the list; no data, no glue): see :mod:`codegen.kernel_key`.
 
     ``imports``: import lines beyond :data:`~codegen.scalar_math.IMPORT_LINES` (the vector
     elementary functions of ``math="vector"`` kernels).
     """
+    return _module_text(canonical_unit(tuple(kernels)).sources, imports)
+
+
+def _module_text(canonical: tuple[str, ...], imports: str) -> str:
     lines = [f"# symgrad generated kernels ({version_stamp()})",
              "# do not edit: the file is named by the hash of its text and rewritten when they differ",
              IMPORT_LINES.rstrip("\n")] + ([imports.rstrip("\n")] if imports else []) + [""]
-    for src in kernels:
+    for src in canonical:
         lines += ["", src.replace("@njit(", "@njit(cache=True, ", 1)]
     return "\n".join(lines) + "\n"
 
@@ -111,50 +123,76 @@ def module_name(text: str) -> str:
     return PREFIX + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _kernel_names(kernels: list[str]) -> list[str]:
-    return [src.split("def ", 1)[1].split("(", 1)[0].strip() for src in kernels]
-
-
-def _in_memory(kernels: list[str], imports: str = "") -> dict:
+def _in_memory(canonical: tuple[str, ...], imports: str = "") -> dict:
     glb = dict(SCALAR_NAMESPACE)
     glb.update(prange=numba.prange, njit=numba.njit, PARALLEL_PRANGE_ONLY=PARALLEL_PRANGE_ONLY)
     if imports:
         exec(imports, glb)
     out = {}
-    for src, name in zip(kernels, _kernel_names(kernels)):
+    for src in canonical:
+        name = kernel_name(src)
         exec(compile(src, f"<symgrad kernel {name}>", "exec"), glb)
         out[name] = glb[name]
     return out
 
 
 def load_kernels(kernels: list[str], cache: bool = True, imports: str = "") -> dict:
-    """``{name: dispatcher}`` for these kernel sources, compiled at most once per process.
+    """``{name: dispatcher}`` for these kernel sources, each distinct body compiled at most once
+    per process.
 
-    With ``cache`` the kernels live in a module of the cache directory, so Numba's own cache
-    serves later processes; otherwise (or if the directory is unusable) they compile in memory.
-    ``imports``: extra import lines the kernels need (see :func:`module_text`).
-    Safe to call from several threads at once.
+    Kernels are keyed by their canonical form (:mod:`codegen.kernel_key`: names and comments
+    normalised), so kernels that differ only in names share one dispatcher, here and in every
+    other function of the process, and one module of the disk cache.  Each unit of kernels (a
+    kernel, or kernels that call each other) is its own module.  With ``cache`` the module lives
+    in the cache directory, so Numba's own cache serves later processes; otherwise (or if the
+    directory is unusable) it compiles in memory.  ``imports``: extra import lines the kernels
+    need (see :func:`module_text`).  Safe to call from several threads at once.
     """
-    text = module_text(kernels, imports)
+    found: dict = {}
+    for unit in units(kernels):
+        canonical = canonical_unit(unit)
+        loaded = _load_unit(canonical.sources, cache, imports)
+        for readable, name in canonical.names.items():
+            found[readable] = loaded[name]
+    return found
+
+
+def _load_unit(canonical: tuple[str, ...], cache: bool, imports: str) -> dict:
+    """``{canonical name: dispatcher}`` of one unit, from the table of this process if it is there."""
+    text = _module_text(canonical, imports)
     name = module_name(text)
     key = name + ("" if cache else ":memory")
     found = _loaded.get(key)
     if found is not None:
+        _counts["shared"] += 1
         return found
     with _lock:
         found = _loaded.get(key)
         if found is not None:
+            _counts["shared"] += 1
             return found
         if cache:
             try:
-                found = _load_module(name, text, _kernel_names(kernels))
+                found = _load_module(name, text, [kernel_name(src) for src in canonical])
             except Exception as exc:  # never let the cache break compilation
                 _warn(f"symgrad: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling in memory")
                 found = None
         if found is None:
-            found = _in_memory(kernels, imports)
+            found = _in_memory(canonical, imports)
         _loaded[key] = found
+        _counts["bodies"] += 1
         return found
+
+
+def kernel_counts() -> dict:
+    """How this process's kernels were loaded: ``bodies`` (distinct canonical units, each one set of
+    dispatchers) and ``shared`` (requests served by a unit already loaded: kernels that differ only
+    in names from one loaded before, in this function or another).
+
+    >>> set(kernel_counts()) == {"bodies", "shared"}
+    True
+    """
+    return dict(_counts)
 
 
 def _verified(path: Path, name: str) -> bool:

@@ -231,8 +231,9 @@ def test_two_processes_filling_an_empty_cache_at_once_both_succeed(tmp_path):
 # --- in this process: directory checks, hash verification ----------------------------------------
 
 def _unique_kernels(tag: str) -> list[str]:
-    """A kernel whose text (and so module name) is unique to ``tag``; loaded, never called."""
-    return [f"@njit(error_model='numpy')\ndef group_0(x, n0):\n    # {tag}\n    return x[0] * 2.0"]
+    """A kernel whose canonical text (and so module name) is unique to ``tag``; loaded, never called.
+    (A comment would not do: the canonical form drops comments.)"""
+    return [f"@njit(error_model='numpy')\ndef group_0(x, n0):\n    {tag!r}\n    return x[0] * 2.0"]
 
 
 @pytest.fixture

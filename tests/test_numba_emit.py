@@ -409,8 +409,9 @@ def test_hot_loops_use_packed_vector_instructions(name):
     vg(*arrays)
     k = vg.compiled.kernels_for(*arrays, wrt=list(argnums), joint_kernel=True)
     checked = 0
-    for d in k.joint_fn.kernels:
-        src = d.py_func.__code__.co_name
+    # the glue calls each kernel by its readable name; kernels with the same canonical form share a dispatcher
+    called = {src: d for src, d in k.joint_fn.__globals__.items() if any(d is x for x in k.joint_fn.kernels)}
+    for src, d in called.items():
         text = next(s for s in k.joint_source.split("\n\n") if f"def {src}(" in s)
         if not d.signatures or "_libm" in src:
             continue

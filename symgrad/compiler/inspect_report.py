@@ -330,9 +330,10 @@ def module_source(fn, kernel: str) -> ModuleSource | None:
 
     When ``fn`` itself was imported from a kernel-cache module file, that file is returned as it is
     (with the ``.npz`` of constants beside it).  Otherwise the module is assembled from what runs:
-    the function's source and the source of each loop kernel it calls (the very text that was
-    compiled), with every other name it uses (scalar math, numpy, op forwards, array constants)
-    imported or loaded instead of injected.
+    the function's source and the source of each loop kernel it calls, as generated for it (the
+    kernel cache compiled its canonical form, the same statements with names normalised and
+    comments dropped: :mod:`codegen.kernel_key`), with every other name it uses (scalar math,
+    numpy, op forwards, array constants) imported or loaded instead of injected.
     """
     if fn is None:
         return None
@@ -378,11 +379,16 @@ def _assembled_module(fn, kernel: str) -> ModuleSource:
                 k_path = _kernel_module_file(v.py_func)
                 if k_path and k_path not in files:
                     files.append(k_path)
-                    with open(k_path) as f:
-                        sources.append(f.read())
-                body = _function_source(v.py_func, sources)
+                # the kernel as generated for this function, under the name the glue calls (the
+                # dispatcher compiled its canonical form, shared by kernels that differ only in names)
+                body = _block(sources[0] or "", key)
+                if body is None:
+                    body = _function_source(v.py_func, sources)
+                    names = _code_names(v.py_func.__code__)
+                else:
+                    names = _code_names(compile(body, f"<kernel {key}>", "exec"))
                 kernels.append(f"{_decorator(v)}\n{body}")
-                resolve(_code_names(v.py_func.__code__), v.py_func.__globals__)
+                resolve(names, {**v.py_func.__globals__, **{k: d for k, d in glb.items() if _is_dispatcher(d)}})
             elif isinstance(v, Dtype):
                 imports.append("import symgrad")
                 defs.append(f"{key} = {v!r}")
