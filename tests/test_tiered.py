@@ -361,3 +361,39 @@ def test_kernels_in_the_disk_cache_run_from_the_first_call(tmp_path):
     assert warm["numba_first"] and not warm["background"]
     assert warm["compiles"] == 0 and warm["loads"] >= 1
     assert_tiers_agree(warm["value"], cold["value"])
+
+
+def test_wait_times_out_while_the_build_is_held(gate):
+    f = symgrad.compile(lambda x: (x * 2.0).sum(), cache=False, tiered=True)
+    assert f(np.ones(3)).item() == 6.0
+    assert f.wait(0.05) is False and not f.kernels_ready()
+    gate.set()
+    assert f.wait(120) is True
+
+
+def test_calls_from_several_threads_across_the_switch():
+    """Calls from four threads while the kernels build and switch: every result within the tolerance."""
+    fn, args, _ = _inputs("w1")
+    ref_v, ref_g = _numpy_w1(args[0])
+    vg = symgrad.value_and_grad(symgrad.compile(fn, cache=False, tiered=True))
+    vg(*args)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(40):
+                results.append(vg(*args))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    assert vg.compiled.wait(120)
+    for t in threads:
+        t.join()
+    results.append(vg(*args))
+    assert not errors and len(results) == 161
+    for v, g in results:
+        assert_tiers_agree(v, ref_v)
+        assert_tiers_agree(g, ref_g)
