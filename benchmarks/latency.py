@@ -337,7 +337,6 @@ def child_env(cache: str, fresh_caches: bool = True) -> dict:
     ``fresh_caches``, every tool's compilation cache under the directory ``cache``."""
     env = dict(os.environ)
     env["BENCH_CACHE_DIR"] = cache
-    env["SYMGRAD_TIERED"] = "1"   # as a user's process runs (benchmarks/__init__.py turns it off for timings)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     if fresh_caches:
         env.update({
@@ -349,11 +348,12 @@ def child_env(cache: str, fresh_caches: bool = True) -> dict:
     return env
 
 
-def run_child(args: list[str], cache: str, timeout: float) -> dict:
+def run_child(args: list[str], cache: str, timeout: float, extra_env: dict | None = None) -> dict:
     """Run ``python -m benchmarks.latency ARGS``; the RESULT dict plus ``process_s``, or ``error``."""
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.latency", *args], env=child_env(cache),
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.latency", *args],
+                              env={**child_env(cache), **(extra_env or {})},
                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
@@ -382,7 +382,9 @@ def first_call_latency(tools: list[str], repeats: int, log, timeout: float = 600
                 cache = tempfile.mkdtemp(prefix="symgrad-bench-")
                 try:
                     for kind in ("cold", "warm"):
-                        r = run_child(["--child", tool, "--workload", workload], cache, timeout)
+                        # symgrad as a user's process runs it (benchmarks/__init__.py turns tiering off)
+                        r = run_child(["--child", tool, "--workload", workload], cache, timeout,
+                                      {"SYMGRAD_TIERED": "1"})
                         if "error" in r:
                             a["errors"].append(f"{kind}: {r['error']}")
                             break

@@ -214,6 +214,7 @@ def test_failed_background_build_warns_and_keeps_numpy_values(gate, monkeypatch,
     v0, g0 = vg(*args)
     gate.set()
     tiers.wait_all(120)
+    assert symgrad.KernelBuildWarning is tiers.KernelBuildWarning
     with pytest.warns(tiers.KernelBuildWarning, match=r"my_loss.*RuntimeError: injected failure") as record:
         v1, g1 = vg(*args)
     assert record[0].filename == __file__    # names the caller's line
