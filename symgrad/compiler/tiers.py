@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._device import private_default_stream
 from . import logs
 
 
@@ -130,7 +131,13 @@ class BackgroundBuild:
             keep: dict = {}
             built = {name: self.emit(graph, name, keep if self.store is not None else None)
                      for name, graph in self.graphs.items()}
-            self._compile(built)
+            try:
+                self._compile(built)
+            except Exception as exc:
+                if not self._numpy_tier_raises(type(exc)):
+                    raise
+                # the first call's values make the numpy code raise as well (an index out of range):
+                # the Numba code is right, and kernels the run did not reach compile at their first call
             self._switch(built)
             if self.store is not None:
                 self.store(keep)
@@ -151,14 +158,31 @@ class BackgroundBuild:
     def _compile(self, built: dict) -> None:
         """Run the Numba functions once on the copied arguments, as the calls run them: Numba compiles
         (or loads from its disk cache) each kernel for the signatures the calls will pass."""
+        self._run_as_calls({name: fn for name, (fn, _) in built.items()})
+
+    def _numpy_tier_raises(self, error: type) -> bool:
+        """Whether the numpy functions raise ``error`` too on the copied arguments."""
         k = self.kernels
-        if "joint" in built:
-            built["joint"][0](*self.inputs, k.unit_tangent)
-            return
-        result = built["forward"][0](*self.inputs)
-        if "backward" in built:
-            tangents = [np.ones(k.graph.outputs[i].shape, k.graph.outputs[i].dtype.np) for i in k.diff_outputs]
-            built["backward"][0](*result[k.n_outputs:], *tangents)
+        try:
+            self._run_as_calls({name: getattr(k, "joint_fn" if name == "joint" else name) for name in self.graphs})
+        except error:
+            return True
+        except Exception:  # noqa: BLE001 - another error: not the same behaviour
+            return False
+        return False
+
+    def _run_as_calls(self, fns: dict) -> None:
+        """Run the joint function, or the forward and then the backward, as calls run them; draws of
+        random ops (dropout masks) come from a throwaway stream, not the user's."""
+        k = self.kernels
+        with private_default_stream():
+            if "joint" in fns:
+                fns["joint"](*self.inputs, k.unit_tangent)
+                return
+            result = fns["forward"](*self.inputs)
+            if "backward" in fns:
+                tangents = [np.ones(k.graph.outputs[i].shape, k.graph.outputs[i].dtype.np) for i in k.diff_outputs]
+                fns["backward"](*result[k.n_outputs:], *tangents)
 
     def _switch(self, built: dict) -> None:
         k = self.kernels
