@@ -114,8 +114,7 @@ def _emit_tier(graph: Graph, name: str, options: CompileOptions, keep: dict | No
     if later is None or options.backend != "numba" or _half(graph):
         return _emit(graph, name, options, keep)
     later[name] = graph
-    fn, source = _emit(graph, name, options.replace(backend="numpy"))
-    return fn, source
+    return _emit(graph, name, options.replace(backend="numpy"))
 
 
 def _compile_emitted(e, options: CompileOptions):
