@@ -439,3 +439,45 @@ def test_values_the_numpy_code_refuses_too_do_not_fail_the_build(gate):
     assert_tiers_agree(L.grad.numpy(), g0)
     with pytest.raises(IndexError, match="out of bounds"):
         f(L, symgrad.tensor([0, 1, 7, 2]))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dying_worker_does_not_stall_the_queue(monkeypatch):
+    run = tiers.BackgroundBuild.run
+    died = []
+
+    def dies_once(self):
+        if not died:
+            died.append(self)
+            raise SystemExit   # ends the worker thread
+        run(self)
+
+    monkeypatch.setattr(tiers.BackgroundBuild, "run", dies_once)
+    f = symgrad.compile(lambda x: (x * 4.0).sum(), cache=False, tiered=True)
+    g = symgrad.compile(lambda x: (x * 5.0).sum(), cache=False, tiered=True)
+    assert f(np.ones(2)).item() == 8.0
+    assert g(np.ones(2)).item() == 10.0
+    assert g.wait(120) is True
+    assert f.wait(0.01) is False and f(np.ones(2)).item() == 8.0   # its build never ran: numpy code
+
+
+def _forked_child(queue):
+    h = symgrad.value_and_grad(symgrad.compile(lambda x: (x * x * 2.0).sum(), cache=False, tiered=True))
+    v = h(np.ones(3))[0]
+    queue.put((v, h.compiled.wait(120), h(np.ones(3))[0]))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_fork_waits_for_the_running_build_and_the_child_builds_its_own():
+    import multiprocessing
+
+    vg = symgrad.value_and_grad(symgrad.compile(lambda x: (x * x * 3.0).sum(), cache=False, tiered=True))
+    assert vg(np.ones(3))[0] == 9.0      # its build is queued or running: the fork waits for it
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_forked_child, args=(queue,))
+    child.start()
+    assert queue.get(timeout=200) == (6.0, True, 6.0)
+    child.join(60)
+    assert child.exitcode == 0
+    assert vg.compiled.wait(120) and vg(np.ones(3))[0] == 9.0

@@ -148,7 +148,8 @@ class BackgroundBuild:
             self._stay_on_numpy()
             logs.log("cache", "background build of %s failed: %s: %s", self.name, type(exc).__name__, exc)
         finally:
-            self.inputs = None
+            # what only the build needs (the argument copies above all) is released
+            self.inputs = self.graphs = self.emit = self.store = None
             self.seconds = time.perf_counter() - t0
             self.done.set()
         if self.state == "ready":
@@ -216,24 +217,35 @@ class BackgroundBuild:
 
 def submit(build: BackgroundBuild) -> None:
     """Queue ``build`` on the worker thread (started when needed)."""
-    global _worker
     with _lock:
         _queue.append(build)
         if _worker is None:
-            _worker = threading.Thread(target=_work, name="symgrad-kernel-builder", daemon=True)
-            _worker.start()
+            _start_worker()
+
+
+def _start_worker() -> None:
+    """Start the worker (with ``_lock`` held)."""
+    global _worker
+    _worker = threading.Thread(target=_work, name="symgrad-kernel-builder", daemon=True)
+    _worker.start()
 
 
 def _work() -> None:
     global _worker, _running
-    while True:
+    try:
+        while True:
+            with _lock:
+                if not _queue:
+                    _worker = _running = None
+                    return
+                build = _running = _queue.popleft()
+            build.run()
+    except BaseException:   # the thread dies (run() keeps ordinary exceptions): the queue goes on
         with _lock:
-            if not _queue:
-                _worker = None
-                _running = None
-                return
-            build = _running = _queue.popleft()
-        build.run()
+            _worker = _running = None
+            if _queue:
+                _start_worker()
+        raise
 
 
 def wait_all(timeout: float | None = None) -> bool:
@@ -279,11 +291,10 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     global _worker, _running
-    _lock.release()
     _worker = _running = None
     if _queue:   # the parent's worker does not exist here: the child builds what is queued itself
-        build = _queue.popleft()
-        submit(build)
+        _start_worker()
+    _lock.release()
 
 
 try:
