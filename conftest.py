@@ -1,9 +1,17 @@
 """pytest configuration shared by the tests and the doctests in symgrad/ and codegen/."""
 
-import numpy as np
-import pytest
+import os
 
-import symgrad
+# Compiled functions build their Numba kernels in the call (tiered=False) unless a test asks for
+# tiered execution: the suite's tests of fused kernels must run the kernels, not the numpy tier, and
+# background builds would compete for the CPUs the tests run on. tests/test_tiered.py tests tiering.
+# Set before symgrad is imported: the compile options read it once.
+os.environ.setdefault("SYMGRAD_TIERED", "0")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import symgrad  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

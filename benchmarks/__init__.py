@@ -16,4 +16,12 @@
 
 This package deliberately imports nothing at import time, so ``benchmarks.eager`` run as a script
 can set the BLAS/OpenMP thread variables before numpy is first imported.
+
+Steady-state timings must run the Numba kernels, so compiled functions build them in their first call
+(``tiered=False``) unless ``SYMGRAD_TIERED`` is set; :mod:`benchmarks.latency` sets it for its children,
+which measure first calls as a user's process runs them (tiered).
 """
+
+import os as _os
+
+_os.environ.setdefault("SYMGRAD_TIERED", "0")

@@ -1,8 +1,12 @@
 """First-call latency and compile time vs graph size, each measured in fresh subprocesses.
 
-**First-call latency** (W1 on ``x[1000]``): the time from *after the imports* to the first gradient in a
-new Python process: tracing, differentiating, generating and compiling code, loading caches, and the
-first run.  Each tool is run twice in fresh processes that share one new temporary cache directory:
+**First-call latency** (W1 on ``x[1000]``; with ``workloads``, also a logistic regression and the W3 MLP):
+the time from *after the imports* to the first gradient in a new Python process: tracing,
+differentiating, generating and compiling code, loading caches, and the first run.  symgrad runs as a
+user's process does, tiered (its first calls run numpy code while the Numba kernels compile in the
+background; the child also reports when the kernels were ready), and ``tiered=False``
+(``sg-vg-blocking``: the first call compiles the kernels).  Each tool is run twice in fresh processes
+that share one new temporary cache directory:
 
 - *cold*: the directory is empty (``SYMGRAD_CACHE_DIR``, ``NUMBA_CACHE_DIR``, jax's persistent
   compilation cache, ``TORCHINDUCTOR_CACHE_DIR`` and PyTensor's ``base_compiledir`` all point into it);
@@ -18,8 +22,9 @@ after one untimed tiny compile that loads the tool's lazily imported parts; each
 is timed and checked against the numpy derivative.  For symgrad the stages (trace, autodiff, partition,
 code generation) are reported; the rest of the time is Numba compiling the kernel and the first run.
 
-A child process is ``python -m benchmarks.latency --child TOOL [--chain SIZES]``; it prints one line
-``RESULT <json>``.
+A child process is ``python -m benchmarks.latency --child TOOL [--workload W | --cold-workload W | --chain SIZES]``; it
+prints one line ``RESULT <json>``.  ``python -m benchmarks.latency --first-gradient`` prints the
+first-gradient table of symgrad against jax.jit on W1, the logistic regression and the MLP.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ CHAIN_X = 64
 
 LATENCY_TOOLS = {  # key -> (display name, peers tool to check for, full run only)
     "sg-vg": ("symgrad value_and_grad", "symgrad", False),
+    "sg-vg-blocking": ("symgrad value_and_grad, tiered=False", "symgrad", True),
     "sg-compile": ("symgrad compile + backward", "symgrad", False),
     "hand": ("hand Numba (cache=True)", "numba", False),
     "jax": ("jax.jit (persistent cache)", "jax", False),
@@ -82,6 +88,45 @@ def _w1_input():
     return workloads._w1_inputs(W1_N)()["x"]
 
 
+# --- the first-gradient workloads: (arguments, differentiated positions, torch-like loss, numpy gradients)
+
+def _logistic_inputs():
+    import numpy as np
+    r = np.random.default_rng(5)
+    X = r.standard_normal((1000, 20))
+    return [0.1 * r.standard_normal(20), X, (r.uniform(size=1000) < 0.5).astype(np.float64)]
+
+
+def logistic_torch_like(T, w, X, y):
+    z = X @ w
+    return T.mean(T.logaddexp(z * 0.0, z) - y * z)
+
+
+def _logistic_numpy_grads(w, X, y):
+    import numpy as np
+    s = 1.0 / (1.0 + np.exp(-(X @ w)))
+    return [X.T @ (s - y) / len(y)]
+
+
+def first_gradient_workload(name: str):
+    """``(arguments, argnums, loss(T, *args), numpy gradients of argnums)`` of a first-gradient workload."""
+    from . import workloads
+    if name == "w1":
+        return [_w1_input()], (0,), workloads.w1_torch_like, \
+            lambda x: [workloads.w1_numpy_value_and_grad(x)[1]["x"]]
+    if name == "logistic":
+        return _logistic_inputs(), (0,), logistic_torch_like, _logistic_numpy_grads
+    if name == "mlp":
+        inputs = workloads._w3_inputs(__import__("numpy").float64)()
+        names = ["X", "W1", "b1", "W2", "b2", "Y"]
+
+        def grads(*args):
+            g = workloads.w3_numpy_value_and_grad(*args)[1]
+            return [g[k] for k in ("W1", "b1", "W2", "b2")]
+        return [inputs[k] for k in names], (1, 2, 3, 4), workloads.w3_torch_like, grads
+    raise KeyError(name)
+
+
 def _setup_jax(cache: str | None):
     import jax
     jax.config.update("jax_enable_x64", True)
@@ -99,22 +144,31 @@ def _setup_torch():
     return torch
 
 
-def first_gradient(tool: str, cache: str) -> dict:
-    """In a fresh process: imports, then time the first W1 gradient.  Returns seconds and a checksum."""
+def first_gradient(tool: str, cache: str, workload: str = "w1") -> dict:
+    """In a fresh process: imports, then time the first gradient.  Returns seconds and a checksum
+    (and, for tiered symgrad, ``kernels_ready_s``: when the background build was done)."""
     import numpy as np
 
     from . import workloads
+    if workload != "w1":
+        return _first_gradient_of(tool, workload, cache)
     x = _w1_input()
-    if tool in ("sg-vg", "sg-compile"):
+    seconds, extra = None, {}
+    if tool in ("sg-vg", "sg-compile", "sg-vg-blocking"):
         import symgrad
         f = lambda t: workloads.w1_torch_like(symgrad, t)  # noqa: E731
         t0 = time.perf_counter()
-        if tool == "sg-vg":
-            _, g = symgrad.value_and_grad(f)(x)
+        if tool in ("sg-vg", "sg-vg-blocking"):
+            vg = symgrad.value_and_grad(symgrad.compile(f, tiered=tool == "sg-vg"))
+            _, g = vg(x)
+            compiled = vg.compiled
         else:
             t = symgrad.tensor(x, requires_grad=True)
-            symgrad.compile(f)(t).backward()
+            compiled = symgrad.compile(f)
+            compiled(t).backward()
             g = t.grad.numpy()
+        seconds = time.perf_counter() - t0
+        extra = _tier_facts(compiled, t0)
     elif tool == "hand":
         sys.path.insert(0, cache)
         path = Path(cache) / "bench_hand_w1.py"
@@ -143,9 +197,44 @@ def first_gradient(tool: str, cache: str) -> dict:
         _, g = fn(x)
     else:
         raise KeyError(tool)
-    seconds = time.perf_counter() - t0
+    if seconds is None:
+        seconds = time.perf_counter() - t0
     _, ref = workloads.w1_numpy_value_and_grad(x)
-    return {"seconds": seconds, "matches_numpy": bool(np.allclose(g, ref["x"], rtol=1e-6, atol=1e-9))}
+    return {"seconds": seconds, "matches_numpy": bool(np.allclose(g, ref["x"], rtol=1e-6, atol=1e-9)), **extra}
+
+
+def _tier_facts(compiled, t0: float) -> dict:
+    """After a symgrad first call: whether it ran on the numpy tier, and when its kernels were ready."""
+    stats = compiled.stats()
+    tiered = stats["background_builds"] > 0
+    ok = compiled.wait()
+    return {"tiered": tiered, "kernels_ready_s": (time.perf_counter() - t0) if tiered and ok else None,
+            "background_error": compiled.stats()["background_error"]}
+
+
+def _first_gradient_of(tool: str, workload: str, cache: str) -> dict:
+    """The first gradient of ``workload`` (:func:`first_gradient_workload`) with symgrad or jax.jit."""
+    import numpy as np
+
+    args, argnums, loss, numpy_grads = first_gradient_workload(workload)
+    extra = {}
+    if tool in ("sg-vg", "sg-vg-blocking"):
+        import symgrad
+        t0 = time.perf_counter()
+        vg = symgrad.value_and_grad(symgrad.compile(lambda *a: loss(symgrad, *a), tiered=tool == "sg-vg"),
+                                    argnums=argnums)
+        _, g = vg(*args)
+        seconds = time.perf_counter() - t0
+        extra = _tier_facts(vg.compiled, t0)
+    elif tool == "jax":
+        jax, jnp = _setup_jax(cache)
+        t0 = time.perf_counter()
+        _, g = jax.block_until_ready(jax.jit(jax.value_and_grad(lambda *a: loss(jnp, *a), argnums=argnums))(*args))
+        seconds = time.perf_counter() - t0
+    else:
+        raise KeyError(tool)
+    ok = all(np.allclose(np.asarray(a), b, rtol=1e-6, atol=1e-9) for a, b in zip(g, numpy_grads(*args)))
+    return {"seconds": seconds, "matches_numpy": bool(ok), **extra}
 
 
 def first_gradient_of(tool: str, workload: str, cache: str) -> dict:
@@ -267,17 +356,27 @@ def compile_chains(tool: str, sizes: list[int], cache: str) -> dict:
 
 def _child_main(argv) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.latency")
-    ap.add_argument("--child", required=True)
+    ap.add_argument("--child")
+    ap.add_argument("--workload", default="w1", help="w1, logistic or mlp (first gradient)")
     ap.add_argument("--chain", help="comma-separated chain lengths (compile time vs graph size)")
-    ap.add_argument("--workload", help="the first gradient of this workload (benchmarks.heldout.cold_workload)")
+    ap.add_argument("--cold-workload", help="the first gradient of this workload (benchmarks.heldout.cold_workload)")
+    ap.add_argument("--first-gradient", action="store_true",
+                    help="print the first-gradient table (symgrad tiered and blocking, jax.jit) and exit")
+    ap.add_argument("--tools", default="sg-vg,sg-vg-blocking,jax")
+    ap.add_argument("--workloads", default="w1,logistic,mlp")
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args(argv)
+    if args.first_gradient:
+        rows = first_call_latency(args.tools.split(","), args.repeats, print, workloads=args.workloads.split(","))
+        print(json.dumps(rows, indent=1))
+        return 0
     cache = os.environ["BENCH_CACHE_DIR"]
-    if args.workload:
-        out = first_gradient_of(args.child, args.workload, cache)
+    if args.cold_workload:
+        out = first_gradient_of(args.child, args.cold_workload, cache)
     elif args.chain:
         out = compile_chains(args.child, [int(s) for s in args.chain.split(",")], cache)
     else:
-        out = first_gradient(args.child, cache)
+        out = first_gradient(args.child, cache, args.workload)
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
@@ -300,11 +399,12 @@ def child_env(cache: str, fresh_caches: bool = True) -> dict:
     return env
 
 
-def run_child(args: list[str], cache: str, timeout: float) -> dict:
+def run_child(args: list[str], cache: str, timeout: float, extra_env: dict | None = None) -> dict:
     """Run ``python -m benchmarks.latency ARGS``; the RESULT dict plus ``process_s``, or ``error``."""
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.latency", *args], env=child_env(cache),
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.latency", *args],
+                              env={**child_env(cache), **(extra_env or {})},
                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
@@ -316,36 +416,51 @@ def run_child(args: list[str], cache: str, timeout: float) -> dict:
     return {"error": f"exit code {proc.returncode}: {tail}"}
 
 
-def first_call_latency(tools: list[str], repeats: int, log, timeout: float = 600.0) -> list[dict]:
-    """Cold and warm first-gradient latency per tool (median over ``repeats`` cold/warm pairs)."""
+def first_call_latency(tools: list[str], repeats: int, log, timeout: float = 600.0,
+                       workloads: tuple = ("w1",)) -> list[dict]:
+    """Cold and warm first-gradient latency per workload and tool (median over ``repeats`` cold/warm
+    pairs).  The tools of one workload run one after the other within each repeat, so their times
+    come from the same stretch of machine load."""
     import statistics
     rows = []
-    for tool in tools:
-        name = LATENCY_TOOLS[tool][0]
-        cold, warm, errors, ok = [], [], [], True
+    for workload in workloads:
+        acc = {tool: {"cold": [], "warm": [], "ready": [], "errors": [], "ok": True} for tool in tools}
         for _ in range(repeats):
-            cache = tempfile.mkdtemp(prefix="symgrad-bench-")
-            try:
-                for kind, acc in (("cold", cold), ("warm", warm)):
-                    r = run_child(["--child", tool], cache, timeout)
-                    if "error" in r:
-                        errors.append(f"{kind}: {r['error']}")
-                        break
-                    acc.append(r["seconds"])
-                    ok = ok and r["matches_numpy"]
-            finally:
-                shutil.rmtree(cache, ignore_errors=True)
+            for tool in tools:
+                a = acc[tool]
+                if a["errors"]:
+                    continue
+                cache = tempfile.mkdtemp(prefix="symgrad-bench-")
+                try:
+                    for kind in ("cold", "warm"):
+                        # symgrad as a user's process runs it (benchmarks/__init__.py turns tiering off)
+                        r = run_child(["--child", tool, "--workload", workload], cache, timeout,
+                                      {"SYMGRAD_TIERED": "1"})
+                        if "error" in r:
+                            a["errors"].append(f"{kind}: {r['error']}")
+                            break
+                        a[kind].append(r["seconds"])
+                        a["ok"] = a["ok"] and r["matches_numpy"]
+                        if kind == "cold" and r.get("kernels_ready_s") is not None:
+                            a["ready"].append(r["kernels_ready_s"])
+                finally:
+                    shutil.rmtree(cache, ignore_errors=True)
+        for tool in tools:
+            a, name = acc[tool], LATENCY_TOOLS[tool][0]
+            cold, warm, errors, ok = a["cold"], a["warm"], a["errors"], a["ok"]
+            row = {"tool": tool, "name": name, "workload": workload,
+                   "cold_s": statistics.median(cold) if cold else None,
+                   "warm_s": statistics.median(warm) if warm else None, "cold_all_s": cold, "warm_all_s": warm,
+                   "kernels_ready_s": statistics.median(a["ready"]) if a["ready"] else None,
+                   "matches_numpy": ok and not errors, "error": "; ".join(errors) or None}
+            rows.append(row)
+            label = name if workload == "w1" else f"{name} [{workload}]"
             if errors:
-                break
-        row = {"tool": tool, "name": name, "cold_s": statistics.median(cold) if cold else None,
-               "warm_s": statistics.median(warm) if warm else None, "cold_all_s": cold, "warm_all_s": warm,
-               "matches_numpy": ok and not errors, "error": "; ".join(errors) or None}
-        rows.append(row)
-        if errors:
-            log(f"  first-call latency, {name}: FAILED ({row['error']})")
-        else:
-            log(f"  first-call latency, {name}: cold {row['cold_s']:.2f} s, warm {row['warm_s']:.2f} s"
-                + ("" if ok else "  (gradient does NOT match numpy)"))
+                log(f"  first-call latency, {label}: FAILED ({row['error']})")
+            else:
+                ready = f", kernels ready after {row['kernels_ready_s']:.2f} s" if row["kernels_ready_s"] else ""
+                log(f"  first-call latency, {label}: cold {row['cold_s']:.2f} s, warm {row['warm_s']:.2f} s"
+                    + ready + ("" if ok else "  (gradient does NOT match numpy)"))
     return rows
 
 
@@ -366,7 +481,7 @@ def cold_first_gradients(tools: list[str], workloads: list[str], repeats: int, l
             for _ in range(repeats):
                 cache = tempfile.mkdtemp(prefix="symgrad-bench-")
                 try:
-                    r = run_child(["--child", tool, "--workload", workload], cache, timeout)
+                    r = run_child(["--child", tool, "--cold-workload", workload], cache, timeout)
                 finally:
                     shutil.rmtree(cache, ignore_errors=True)
                 if "error" in r:

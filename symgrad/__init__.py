@@ -109,7 +109,7 @@ __version__ = "0.1.0"
 # The compiler sits above the eager core and the IR: it is imported on first use, so that
 # importing a lower layer (or codegen) never pulls it in.
 _COMPILER_NAMES = {"CompiledFunction": "compile", "CompileOptions": "options", "compile": "compile", "autodiff": None,
-                   "EagerFallbackWarning": "compile",
+                   "EagerFallbackWarning": "compile", "KernelBuildWarning": "tiers",
                    # function transforms (JAX names) and pytrees: symgrad/compiler/transforms.py
                    **dict.fromkeys(["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacobian", "jacfwd", "hessian",
                                     "hvp", "elementwise_grad", "ravel_pytree"], "transforms")}

@@ -13,7 +13,9 @@ device(type='cpu')
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import types
 
 import numpy as np
@@ -174,13 +176,29 @@ class Generator:
 
 default_generator = Generator()
 
+# A thread's own stream in place of the default generator's (see private_default_stream).
+_thread_streams = threading.local()
+
 
 def generator_rng(generator: Generator | None) -> np.random.Generator:
     if generator is None:
-        return default_generator._rng
+        own = getattr(_thread_streams, "rng", None)
+        return default_generator._rng if own is None else own
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be a symgrad.Generator, got {type(generator).__name__}")
     return generator._rng
+
+
+@contextlib.contextmanager
+def private_default_stream():
+    """Within this block, draws of the calling thread from the default generator come from a
+    throwaway stream: a compiled function run in the background to compile its kernels
+    (:mod:`symgrad.compiler.tiers`) must not advance the user's random stream."""
+    _thread_streams.rng = np.random.default_rng()
+    try:
+        yield
+    finally:
+        _thread_streams.rng = None
 
 
 def manual_seed(seed: int) -> Generator:

@@ -12,9 +12,9 @@ import pytest
 import symgrad
 from symgrad.compiler import build_cache
 from symgrad.compiler.compile import CompiledFunction
-from symgrad.compiler.options import DEFAULT_BACKEND, CompileOptions
+from symgrad.compiler.options import DEFAULT_BACKEND, DEFAULT_TIERED, CompileOptions
 
-NAMES = ["parallel", "fastmath", "cache", "backend", "scalar_loss", "numpy_simd", "math", "strict"]
+NAMES = ["parallel", "fastmath", "cache", "backend", "scalar_loss", "numpy_simd", "math", "strict", "tiered"]
 
 
 def loss(x):
@@ -26,7 +26,8 @@ def test_fields_defaults_and_mapping_reads():
     assert [f.name for f in dataclasses.fields(o)] == NAMES
     assert list(o) == NAMES and len(o) == len(NAMES)
     assert dict(o) == {"parallel": "auto", "fastmath": False, "cache": True, "backend": DEFAULT_BACKEND,
-                       "scalar_loss": "joint", "numpy_simd": True, "math": "vector", "strict": False}
+                       "scalar_loss": "joint", "numpy_simd": True, "math": "vector", "strict": False,
+                       "tiered": DEFAULT_TIERED}
     assert o["math"] == o.math == "vector" and "math" in o and "fn" not in o
     with pytest.raises(KeyError):
         o["fn"]
@@ -45,6 +46,7 @@ def test_fields_defaults_and_mapping_reads():
     ({"parallel": "yes"}, "symgrad.compile: parallel must be 'auto', True or False, not 'yes'"),
     ({"parallel": 1}, "symgrad.compile: parallel must be 'auto', True or False, not 1"),
     ({"strict": 1}, "symgrad.compile: strict must be True or False, not 1"),
+    ({"tiered": "yes"}, "symgrad.compile: tiered must be True or False, not 'yes'"),
 ])
 def test_bad_values_name_the_option_and_what_it_allows(options, message):
     for make in (lambda: CompileOptions(**options), lambda: symgrad.compile(**options),

@@ -52,7 +52,7 @@ from ..ir.tracer import TraceError, numpy_face_eager, trace
 from ..ops import registry
 from ..ops.numpy_surface.face import make_numpy_face
 from ..tensor import Tensor, gradient_edge, is_numpy_face
-from . import build_cache, logs
+from . import build_cache, logs, tiers
 from .autodiff import autodiff
 from .options import DEFAULT_BACKEND, BoundOptions, CompileOptions  # noqa: F401 - DEFAULT_BACKEND is API here too
 
@@ -84,13 +84,17 @@ def _gc_paused():
             gc.enable()
 
 
+def _half(graph: Graph) -> bool:
+    """Whether ``graph`` has float16 values: Numba has none, so such graphs run as numpy statements
+    (eager mode's float16 semantics)."""
+    return any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
+        any(v.dtype.np == np.float16 for v in graph.placeholders)
+
+
 def _emit(graph: Graph, name: str, options: CompileOptions, keep: dict | None = None):
     """Generate and compile ``graph`` as function ``name``: ``(function, source)``.  ``keep``
     collects the generated code by name (for the build cache)."""
-    # Numba has no float16: such graphs run as numpy statements (eager mode's float16 semantics)
-    half = any(v.dtype.np == np.float16 for n in graph.nodes for v in n.outputs) or \
-        any(v.dtype.np == np.float16 for v in graph.placeholders)
-    if options.backend == "numba" and not half:
+    if options.backend == "numba" and not _half(graph):
         from codegen.numba_emit import emit_numba
 
         e = emit_numba(graph, name, parallel=options.parallel, fastmath=bool(options.fastmath),
@@ -102,6 +106,15 @@ def _emit(graph: Graph, name: str, options: CompileOptions, keep: dict | None = 
     if keep is not None:
         keep[name] = e
     return e.compile(), e.source
+
+
+def _emit_tier(graph: Graph, name: str, options: CompileOptions, keep: dict | None, later: dict | None):
+    """:func:`_emit`; or, when ``later`` is a dict (tiered execution), the numpy code of ``graph``
+    now, with the graph put in ``later`` for the background build of its Numba code."""
+    if later is None or options.backend != "numba" or _half(graph):
+        return _emit(graph, name, options, keep)
+    later[name] = graph
+    return _emit(graph, name, options.replace(backend="numpy"))
 
 
 def _compile_emitted(e, options: CompileOptions):
@@ -132,6 +145,7 @@ class Kernels:
     unit_tangent: np.ndarray | None = None   # the seed ``1`` of a scalar output, made once
     grad_outputs: frozenset = frozenset()     # outputs that depend on an input requiring grad (get grad_fn)
     options: CompileOptions = field(default_factory=CompileOptions)  # what these were built with
+    background: tiers.BackgroundBuild | None = None   # tiered: the Numba kernels being built for these
 
     @property
     def strategy(self) -> str:
@@ -168,9 +182,11 @@ class CompiledFunctionBackward(Node):
 
     _has_saved = True
 
-    def __init__(self, kernels: Kernels, saved: tuple, n_tensor_inputs: int, scaled: bool = False) -> None:
+    def __init__(self, kernels: Kernels, saved: tuple, n_tensor_inputs: int, scaled: bool = False,
+                 backward: Callable | None = None) -> None:
         super().__init__()
         self.kernels = kernels
+        self._backward = backward           # the backward of the forward's tier (tiered execution)
         self._saved_values = saved          # split: what the forward saved; scaled: the gradients at seed 1
         self._scaled = scaled
         self._handed_saved = False
@@ -215,7 +231,7 @@ class CompiledFunctionBackward(Node):
                 v = k.graph.outputs[i]
                 g = np.zeros(v.shape, v.dtype.np)
             tangents.append(g)
-        raw = k.backward(*self._saved_values, *tangents)
+        raw = (self._backward or k.backward)(*self._saved_values, *tangents)
         by_input = dict(zip(k.wrt, raw))
         out = [by_input.get(i) for i in self._tensor_positions]
         return self._check_nan(out, tangents) if anomaly.STATE.enabled else out
@@ -251,6 +267,7 @@ class CompiledFunction:
         self._stats = {"calls": 0, "traces": 0, "cache_hits": 0, "trace_s": 0.0, "autodiff_s": 0.0,
                        "partition_s": 0.0, "codegen_s": 0.0, "build_cache_loads": 0, "eager_fallbacks": 0,
                        "fallback_reason": None}
+        self._background: list[tiers.BackgroundBuild] = []   # tiered: Numba kernels built in the background
 
     @property
     def options(self) -> BoundOptions:
@@ -292,10 +309,17 @@ class CompiledFunction:
         # from the build cache, keyed by the traced graph
         options = self.compile_options
         key = build_cache.build_key(graph, wrt=list(wrt), joint_kernel=joint_kernel,
-                                    options={k: v for k, v in options.items() if k not in ("cache", "strict")}) \
+                                    options={k: v for k, v in options.items()
+                                             if k not in ("cache", "strict", "tiered")}) \
             if options.cache else None
         kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings)
         keep: dict | None = {} if key is not None and kernels is None else None
+        # tiered (and not in the build cache, so its kernels were never compiled here): numpy code now,
+        # the Numba kernels of the graphs collected in ``later`` in a background thread
+        later: dict | None = {} if kernels is None and options.tiered else None
+
+        def emit(g: Graph, name: str):
+            return _emit_tier(g, name, options, keep, later)
         if kernels is None and wrt:
             joint = autodiff(graph, wrt)
             t2 = time.perf_counter()
@@ -304,27 +328,33 @@ class CompiledFunction:
             out0 = graph.outputs[0] if n_out == 1 else None
             scalar_loss = out0 is not None and out0.shape == () and out0.dtype.is_floating_point
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
-                joint_fn, joint_src = _emit(joint, "joint", options, keep)
+                joint_fn, joint_src = emit(joint, "joint")
                 kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
                                   joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
-                fwd_fn, fwd_src = _emit(parts.forward, "forward", options, keep)
-                bwd_fn, bwd_src = _emit(parts.backward, "backward", options, keep)
+                fwd_fn, fwd_src = emit(parts.forward, "forward")
+                bwd_fn, bwd_src = emit(parts.backward, "backward")
                 kernels = Kernels(graph, joint, parts, fwd_fn, bwd_fn, fwd_src, bwd_src, list(wrt), n_out,
                                   graph.output_kind, joint.diff_outputs)
                 if scalar_loss and options.scalar_loss == "joint":
-                    kernels.joint_fn, kernels.joint_source = _emit(joint, "joint", options, keep)
+                    kernels.joint_fn, kernels.joint_source = emit(joint, "joint")
             if scalar_loss:
                 kernels.unit_tangent = np.ones((), out0.dtype.np)
             kernels.grad_outputs = _depending_outputs(graph, wrt)
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         elif kernels is None:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = _emit(graph, "forward", options, keep)
+            fwd_fn, fwd_src = emit(graph, "forward")
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
-        if keep:
-            build_cache.store_build(key, keep, {"diff_outputs": list(kernels.diff_outputs)})
+        meta = {"diff_outputs": list(kernels.diff_outputs)}
+        if later:   # the build cache gets the code once its kernels are compiled
+            def store(compiled_keep: dict) -> None:
+                build_cache.store_build(key, {**keep, **compiled_keep}, meta)
+
+            self._tier_up(kernels, later, args, store if keep is not None else None)
+        elif keep:
+            build_cache.store_build(key, keep, meta)
         kernels.timings = timings
         kernels.options = options
         logs.report_build(self, kernels)
@@ -332,6 +362,37 @@ class CompiledFunction:
         for k, v in timings.items():
             self._stats[k] += v
         return kernels
+
+    def _tier_up(self, kernels: Kernels, graphs: dict, args: tuple, store: Callable | None) -> None:
+        """Queue the build of the Numba code of ``graphs`` (:mod:`symgrad.compiler.tiers`); ``kernels``
+        run their numpy code until it is done."""
+        options = self.compile_options
+        if kernels.forward is not None:
+            kernels.forward.paired_backward = kernels.backward
+        arrays = [a._data if isinstance(a, Tensor) else a for a in args if isinstance(a, (Tensor, np.ndarray))]
+        build = kernels.background = tiers.BackgroundBuild(
+            getattr(self.fn, "__qualname__", repr(self.fn)), kernels, graphs,
+            lambda g, name, keep: _emit(g, name, options, keep), tiers.argument_copies(arrays), options.cache, store)
+        self._background.append(build)
+        tiers.submit(build)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the Numba kernels this function builds in the background (``tiered=True``) are
+        built, or ``timeout`` seconds have passed; True if every call runs its kernels now.  A build
+        that failed warns (:class:`~symgrad.compiler.tiers.KernelBuildWarning`) and makes this False.
+
+        >>> f = symgrad.compile(lambda x: (x * x).sum(), tiered=True)
+        >>> float(f(np.ones(3))), f.wait(), f.kernels_ready()
+        (3.0, True, True)
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = [b.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                for b in list(self._background)]
+        return all(done)
+
+    def kernels_ready(self) -> bool:
+        """Whether no background build of this function is queued, running or failed (without waiting)."""
+        return all(b.state == "ready" for b in self._background)
 
     def _from_build_cache(self, key: str | None, graph: Graph, wrt: Sequence[int], joint_kernel: bool,
                           timings: dict) -> Kernels | None:
@@ -404,12 +465,15 @@ class CompiledFunction:
         arrays = [a._data if isinstance(a, Tensor) else a for a in tensors]
         scaled = record and k.joint_fn is not None
         # the first run of new kernels loads (or compiles) them: as building, with the GC paused
+        run = k.joint_fn if scaled else k.forward
         with _gc_paused() if self._stats["traces"] != traces else contextlib.nullcontext():
-            result = k.joint_fn(*arrays, k.unit_tangent) if scaled else k.forward(*arrays)
+            result = run(*arrays, k.unit_tangent) if scaled else run(*arrays)
         outputs, saved = result[:k.n_outputs], result[k.n_outputs:]
         wrapped = [None if o is None else Tensor._wrap(np.asarray(o)) for o in outputs]
         if record and k.backward is not None:
-            node = CompiledFunctionBackward(k, tuple(saved), len(tensors), scaled)
+            # tiered: the backward of the tier whose forward saved these values
+            backward = None if scaled or k.background is None else getattr(run, "paired_backward", None)
+            node = CompiledFunctionBackward(k, tuple(saved), len(tensors), scaled, backward)
             if anomaly.STATE.enabled:  # kept to find the op that makes a NaN gradient, and the call site
                 node._anomaly_inputs = [np.array(a, copy=True) for a in arrays]
                 node._trace = traceback.format_stack()[:-1]
@@ -492,9 +556,12 @@ class CompiledFunction:
         disk cache instead).  Kernels take sizes at run time: a new size of the same rank
         re-traces but compiles nothing.  ``eager_fallbacks`` counts the calls that ran eagerly
         because the function cannot be traced, and ``fallback_reason`` says why (the TraceError's
-        message, naming the line; None if it never fell back).
+        message, naming the line; None if it never fell back).  Under ``tiered=True``:
+        ``background_builds`` (builds whose Numba kernels compiled, or compile, in the background),
+        ``background_failures`` and ``background_error`` (the first failure, None if none), and
+        ``kernels_ready`` (no build queued, running or failed: every call runs Numba kernels).
 
-        >>> f = symgrad.compile(lambda x: (x * x).sum())
+        >>> f = symgrad.compile(lambda x: (x * x).sum(), tiered=False)
         >>> _ = f(symgrad.ones(3)); _ = f(symgrad.ones(5))
         >>> s = f.stats(); s["traces"], s["kernels"], s["kernel_compiles"] + s["kernel_cache_loads"]
         (2, 1, 1)
@@ -505,6 +572,12 @@ class CompiledFunction:
         out["kernels"] = sum(1 for d in dispatchers if d.overloads)   # kernels that have run
         out["kernel_compiles"] = sum(sum(d.stats.cache_misses.values()) for d in dispatchers)
         out["kernel_cache_loads"] = sum(sum(d.stats.cache_hits.values()) for d in dispatchers)
+        builds = list(self._background)
+        failed = [b for b in builds if b.state == "failed"]
+        out["background_builds"] = len(builds)
+        out["background_failures"] = len(failed)
+        out["background_error"] = f"{type(failed[0].error).__name__}: {failed[0].error}" if failed else None
+        out["kernels_ready"] = all(b.state == "ready" for b in builds)
         return out
 
     def inspect(self, *args) -> Kernels:
@@ -512,8 +585,16 @@ class CompiledFunction:
 
         ``.options`` of the result are the compile options it was built with (``math`` among them);
         the Numba sources start with a ``# math=...`` line naming the vector functions they import.
+        Under ``tiered=True`` it waits for the background build, so the kernels are the ones later calls run.
         """
-        return self.kernels_for(*args)
+        return self._settled(self.kernels_for(*args))
+
+    @staticmethod
+    def _settled(k: Kernels) -> Kernels:
+        """``k`` once its background build (if any) is done."""
+        if k.background is not None:
+            k.background.wait()
+        return k
 
 
 class EagerFallbackWarning(UserWarning):
@@ -567,6 +648,11 @@ def compile(fn: Callable | None = None, **options):
       depends on values) runs eagerly with one :class:`EagerFallbackWarning` naming the line
       (``strict=False``, the default; ``f.stats()["eager_fallbacks"]`` counts such calls), or
       raises :class:`~symgrad.TraceError` (``strict=True``).  Other trace errors always raise.
+    * ``tiered=True`` (the default; ``SYMGRAD_TIERED=0`` makes False the default of a process): a build
+      whose Numba kernels are not in the disk cache runs the numpy code of the same graphs at once, while
+      its kernels compile in a background thread; calls switch to the kernels when they are built
+      (:mod:`symgrad.compiler.tiers`; ``f.wait()`` waits for them).  ``tiered=False`` compiles the
+      kernels in the first call, which returns when they have run.
 
     >>> @symgrad.compile(parallel=False)
     ... def f(x):
@@ -637,8 +723,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
             del fast[key]   # an outside array changed: the general path traces again
             plan = None
         if plan is not None:   # numpy arrays only: nothing to record
-            joint_fn, tangent, n_out, _ = plan
-            result = joint_fn(*args, tangent)
+            k, tangent, n_out, _ = plan
+            result = k.joint_fn(*args, tangent)   # read at each call: tiered kernels switch to Numba
             stats["calls"] += 1
             return float(result[0]), (result[n_out:] if many else result[n_out])
         if other_args is not None and not all(a.__class__ in (np.ndarray, float, int) for a in args):
@@ -688,7 +774,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, *, math: str 
         if key is not None and all(a.__class__ is np.ndarray for a in args) and \
                 not any(g is None for g in result[k.n_outputs:]):
             watched = [c for c in k.graph.captured if c.ref() is not None]
-            fast[key] = (k.joint_fn, k.unit_tangent, k.n_outputs, watched)
+            fast[key] = (k, k.unit_tangent, k.n_outputs, watched)
         value, grads = result[0], list(result[k.n_outputs:])
         grads = [np.zeros_like(data[w]) if g is None else g for g, w in zip(grads, wrt)]
         return float(value), (tuple(grads) if many else grads[0])

@@ -539,6 +539,8 @@ def inspect_function(compiled, args: tuple, *, name: str | None = None, progress
     cache = {"kernel_modules": cache_modules, "numba_cache_hits": hits, "numba_cache_misses": misses}
     stats = compiled.stats() if hasattr(compiled, "stats") else {}
     cache.update({key: v for key, v in stats.items() if "cache" in key and key not in cache})
+    if getattr(k, "background", None) is not None:   # tiered=True: the kernels were built in the background
+        cache["background_build"] = k.background.status()
 
     inputs = []
     positions = [i for i, a in enumerate(args) if isinstance(a, (Tensor, np.ndarray))]

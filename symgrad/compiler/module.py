@@ -264,7 +264,7 @@ class LiftedFunction(CompiledFunction):
         self._lifted.__signature__ = self._signature(current)
         self._n_lifted = len(current)
         try:
-            return self._settle(self.kernels_for(*[p for _, p in current], *args))
+            return self._settled(self._settle(self.kernels_for(*[p for _, p in current], *args)))
         finally:
             self._n_lifted = 0
             self._lifted.__signature__ = self._user_signature
@@ -339,6 +339,14 @@ class OptimizedModule(Module):
     def stats(self) -> dict:
         """The compiled forward's statistics (see :meth:`CompiledFunction.stats`)."""
         return self.compiled.stats()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the Numba kernels built in the background (see :meth:`CompiledFunction.wait`)."""
+        return self.compiled.wait(timeout)
+
+    def kernels_ready(self) -> bool:
+        """See :meth:`CompiledFunction.kernels_ready`."""
+        return self.compiled.kernels_ready()
 
     def inspect(self, *args):
         """The graphs and generated code a call with these arguments runs; the placeholders are the

@@ -15,14 +15,18 @@ ValueError: symgrad.compile: math must be 'vector' or 'libm', not 'svml'
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
-try:
-    import numba  # noqa: F401 - the fused backend's compiler
-    DEFAULT_BACKEND = "numba"
-except ImportError:  # pragma: no cover - numba is a dependency; kept working without it
-    DEFAULT_BACKEND = "numpy"
+# Whether Numba is installed, without importing it: importing Numba takes a large share of a first
+# call, and under ``tiered=True`` only the background build needs it.
+DEFAULT_BACKEND = "numba" if importlib.util.find_spec("numba") is not None else "numpy"
+
+# ``SYMGRAD_TIERED=0`` makes ``tiered=False`` the default of the process (the test suite sets it, so
+# that its tests check the Numba kernels unless a test asks for tiering).
+DEFAULT_TIERED = os.environ.get("SYMGRAD_TIERED", "1").strip().lower() not in ("0", "false", "no", "off")
 
 BACKENDS = ("numba", "numpy")
 
@@ -31,8 +35,8 @@ BACKENDS = ("numba", "numpy")
 class CompileOptions(Mapping):
     """The options of a compiled function (documented at :func:`symgrad.compile`).
 
-    ``backend=None`` means :data:`DEFAULT_BACKEND`.  The field order is the order of the build
-    cache's settings, so keep it.
+    ``backend=None`` means :data:`DEFAULT_BACKEND`, ``tiered=None`` :data:`DEFAULT_TIERED`.  The field
+    order is the order of the build cache's settings, so keep it.
     """
 
     parallel: bool | str = "auto"
@@ -43,9 +47,12 @@ class CompileOptions(Mapping):
     numpy_simd: bool = True
     math: str = "vector"
     strict: bool = False    # True: a function that cannot be traced raises TraceError (no eager fallback)
+    tiered: bool | None = None   # None: DEFAULT_TIERED; see symgrad.compiler.tiers
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", self.backend or DEFAULT_BACKEND)
+        if self.tiered is None:
+            object.__setattr__(self, "tiered", DEFAULT_TIERED)
         if self.backend not in BACKENDS:
             raise ValueError(f"symgrad.compile: unknown backend {self.backend!r} "
                              f"(available: {', '.join(map(repr, BACKENDS))})")
@@ -53,6 +60,7 @@ class CompileOptions(Mapping):
         _one_of("scalar_loss", self.scalar_loss, ("joint", "split"))
         _one_of("math", self.math, ("vector", "libm"))
         _one_of("strict", self.strict, (True, False))
+        _one_of("tiered", self.tiered, (True, False))
 
     @classmethod
     def of(cls, **options: Any) -> CompileOptions:

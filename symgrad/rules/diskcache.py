@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -126,6 +127,23 @@ def write_json(path: Path, payload: Any) -> None:
         log.info("symgrad: could not write cache entry %s (%s)", path.name, exc)
 
 
+def _numba_facts() -> str:
+    """Numba's version and thread count, without importing Numba when it is not loaded yet (a first
+    call on the numpy tier of ``tiered=True`` does not need it): its thread count is then the one
+    Numba would read, ``NUMBA_NUM_THREADS`` or the CPUs this process may run on."""
+    numba = sys.modules.get("numba")
+    if numba is not None and hasattr(numba, "config"):
+        return f"{numba.__version__} threads {numba.config.NUMBA_NUM_THREADS}"
+    try:
+        version = importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - numba is a dependency
+        return "none"
+    threads = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if not threads:
+        threads = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return f"{version} threads {int(threads) if threads.isdigit() else threads}"
+
+
 @functools.cache
 def code_digest() -> str:
     """SHA-256 of symgrad's and codegen's sources and rule table, library versions and the
@@ -139,11 +157,7 @@ def code_digest() -> str:
                 h.update(str(path.relative_to(root)).encode() + b"\0")
                 h.update(path.read_bytes() + b"\0")
     h.update(f"python {sys.version}\nnumpy {np.__version__}\n".encode())
-    try:
-        import numba
-        h.update(f"numba {numba.__version__} threads {numba.config.NUMBA_NUM_THREADS}\n".encode())
-    except ImportError:  # pragma: no cover - numba is a dependency
-        h.update(b"no numba\n")
+    h.update(f"numba {_numba_facts()}\n".encode())
     try:
         features = sorted(np._core._multiarray_umath.__cpu_features__.items())
     except AttributeError:  # pragma: no cover - numpy < 2

@@ -343,10 +343,10 @@ class GraphRunner:
         kernels = self.compiled.kernels_for(*inputs, wrt=())
         layout = list(self.interpreter.layout)
         n = kernels.n_outputs
-        forward = kernels.forward
         if not any(kind == "kernel" for kind, _ in layout):
-            forward = None
+            return None, layout
 
         def run(*arrays):
-            return forward(*arrays)[:n]
-        return (run if forward is not None else None), layout
+            # read at each call: under tiered=True the kernels switch from numpy code to Numba
+            return kernels.forward(*arrays)[:n]
+        return run, layout
