@@ -36,6 +36,7 @@ from symgrad.ir.graph import Graph, Node, Value
 from . import op_facts
 from .emit import _ident, node_statements
 from .fuse import reduction_dims
+from .partition import CHEAP_FUNCTIONS
 from .kernel_common import (
     RANGE_CHECKED,
     KernelPrinter,
@@ -54,9 +55,9 @@ from .shifted_reads import READ_MAPS, Guard, Idx, NotShifted, broadcast_position
 MIN_RUN = 16
 # At most this many such runs per dim (a cat of many parts): the others share the testing body.
 MAX_RUNS = 4
-# A kernel body beyond this many statements (many values recomputed at many shifts) is not written:
-# the loop fuser's kernels run instead.
-MAX_STATEMENTS = 3000
+# A kernel beyond this many statements (many values recomputed at many shifts) is not written: the
+# loop fuser's kernels run instead (Numba's compile time grows with a kernel's length).
+MAX_STATEMENTS = 1500
 
 
 class _Unsupported(Exception):
@@ -130,6 +131,7 @@ class _Kernel:
         self.reductions: list[Node] = []    # reductions accumulated
         self.params: dict[Value, str] = {}  # values read -> parameter name
         self.numbers: set[Value] = set()    # those passed as one number
+        self.positions: dict[Value, set] = {}   # elementwise values -> positions computed at
         self.constants: list = []
         self.lifted: dict[Node, sympy.Expr] = {}
         self.printer = KernelPrinter({}, vector)
@@ -158,6 +160,18 @@ class _Kernel:
     # --- the loop nest ----------------------------------------------------------------------
 
     def source(self) -> str:
+        from .numba_emit import MAX_VECTOR_CALLS   # (numba_emit imports this module)
+
+        text = self._source()
+        vector = self.printer.vector
+        calls = sum(text.count(f"{base}_{suffix}(") for base in vector.values() for suffix in ("f64", "f32"))
+        if calls > MAX_VECTOR_CALLS:   # as the fuser's loops: many inline functions keep libm calls
+            self.printer = KernelPrinter({}, {})
+            self.count = self.statements = 0
+            text = self._source()
+        return text
+
+    def _source(self) -> str:
         identity = tuple(Idx(d, 1, 0) for d in range(self.rank))
         # a first body that tests every choice: it finds the guards, hence where the loops split
         _Body(self, [None] * self.rank, "").roots(identity)
@@ -282,6 +296,8 @@ class _Body:
         kind = plan.kinds.get(node) if node is not None else _LEAF
         if node is not None and node in plan.uniform:
             return plan.uniform[node]
+        if v in plan.materialised and v not in kernel.arrays:   # another loop wrote it: read there
+            kind = _LEAF
         if kind in (_LEAF, _REDUCTION):
             param = kernel.param(v)
             if v.shape == () or kind == _REDUCTION:   # a reduction is one number, wherever it is read
@@ -293,6 +309,7 @@ class _Body:
         if kind == _SAME:
             return self.value(node.inputs[0], at)
         if kind == _ELEMENTWISE:
+            kernel.positions.setdefault(v, set()).add(at)
             names = {w.name: self.value(w, broadcast_position(tuple(w.shape), tuple(v.shape), at))
                      for w in node.inputs}
             printer = kernel.printer
@@ -363,6 +380,22 @@ class _Plan:
                     self.uniform[n] = _literal(n.data.flat[0], n.outputs[0])
         self.level: dict[Node, int] = {}
         self._deps: dict[Value, frozenset] = {}
+        self.materialised: set[Value] = set()   # values one loop writes to an array that others read
+        self.position = {o: j for j, n in enumerate(graph.nodes) for o in n.outputs}
+        self._reads: dict[tuple, bool] = {}
+
+    def reads(self, v: Value, u: Value, top: bool = False) -> bool:
+        """Whether computing ``v`` in a loop reads the array of ``u`` (``top``: ``v`` is computed there,
+        even if it is shared)."""
+        if v is u and not top:
+            return True
+        key = (v, u, top)
+        if key not in self._reads:
+            n = None if v in self.inputs else v.producer
+            kind = self.kinds.get(n) if n is not None else _LEAF
+            self._reads[key] = kind not in (_LEAF, _REDUCTION) and n not in self.uniform and \
+                (top or v not in self.materialised) and any(self.reads(w, u) for w in n.inputs)
+        return self._reads[key]
 
     def _needed(self) -> set[Node]:
         needed: set[Node] = set()
@@ -417,32 +450,92 @@ def emit_stencil_kernel(graph: Graph, name: str, *, vector: dict, vector_import:
         return None
 
 
-def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: bool, fastmath: bool,
-          math: str) -> NumbaEmitted:
-    graph, names = plan.graph, plan.names
-    # the loop nests: one per (round, shape); a round runs after the reductions its loops read
+def _kernels(plan: _Plan, vector: dict, vectorise: bool) -> list[_Kernel]:
+    """The loop nests, in the order they run: one per (round, shape), a round after the reductions its
+    loops read, and a loop after those whose arrays (:attr:`_Plan.materialised`) it reads."""
     kernels: dict[tuple, _Kernel] = {}
 
     def kernel_for(level: int, shape: tuple) -> _Kernel:
-        key = (level, shape)
+        key = (level, tuple(int(s) for s in shape))
         if key not in kernels:
-            kernels[key] = _Kernel(plan, len(kernels), shape, vector, vectorise)
+            kernels[key] = _Kernel(plan, len(kernels), key[1], vector, vectorise)
         return kernels[key]
 
-    outputs_done: set[Value] = set()
     for n, kind in plan.kinds.items():
         if kind == _REDUCTION:
-            src = n.args[0]
-            kernel_for(plan.reduction_level(n), tuple(int(s) for s in src.shape)).reductions.append(n)
-    for v in graph.outputs:
-        if v is None or v in outputs_done or v.producer is None or v in plan.inputs:
-            continue
-        kind = plan.kinds[v.producer]
-        if kind in (_ELEMENTWISE, _SHIFTED, _SAME) and v.producer not in plan.uniform:
-            kernel_for(plan.level_of(v), tuple(int(s) for s in v.shape)).arrays.append(v)
-            outputs_done.add(v)
-    order = sorted(kernels.values(), key=lambda k: (min([plan.reduction_level(r) for r in k.reductions] +
-                                                        [plan.level_of(v) for v in k.arrays]), k.k))
+            kernel_for(plan.reduction_level(n), n.args[0].shape).reductions.append(n)
+    arrays = [v for v in plan.graph.outputs if v is not None and v not in plan.inputs and v.producer is not None
+              and plan.kinds[v.producer] in (_ELEMENTWISE, _SHIFTED, _SAME) and v.producer not in plan.uniform]
+    for v in dict.fromkeys(arrays + sorted(plan.materialised, key=lambda v: plan.position[v])):
+        kernel_for(plan.level_of(v), v.shape).arrays.append(v)
+    # which loop writes each shared array; a loop runs after the loops whose arrays it reads
+    writer = {v: k for k in kernels.values() for v in k.arrays if v in plan.materialised}
+    after = {k: {writer[u] for u in plan.materialised if writer[u] is not k and
+                 (any(plan.reads(v, u, top=True) for v in k.arrays) or
+                  any(plan.reads(r.args[0], u) for r in k.reductions))}
+             for k in kernels.values()}
+    order: list[_Kernel] = []
+    pending = sorted(kernels.values(), key=lambda k: (min(key[0] for key, kk in kernels.items() if kk is k), k.k))
+    while pending:
+        ready = next((k for k in pending if after[k] <= set(order)), None)
+        if ready is None:
+            raise _Unsupported("loops that read each other's arrays")
+        order.append(ready)
+        pending.remove(ready)
+    return order
+
+
+def _expensive(node: Node) -> bool:
+    """More than cheap arithmetic per element: a division, a root, a libm function."""
+    e = node.expr
+    if e is None:
+        return False
+    return any(type(f).__name__ not in CHEAP_FUNCTIONS for f in e.atoms(sympy.Function)) or \
+        any(not (p.exp.is_Integer and p.exp > 0) for p in e.atoms(sympy.Pow))
+
+
+def _shared_values(plan: _Plan, kernels: list[_Kernel]) -> set[Value]:
+    """Values worth one array: a loop reads them at several positions and each is a division, a root
+    or a libm call, which recomputing would repeat (a total variation's ``1 / sqrt``, read at three
+    neighbours).  Of a chain of such values only the last one is kept."""
+    for k in kernels:
+        k.source()                     # (records where each value is read)
+    read_at: dict[Value, set] = {}
+    for k in kernels:
+        for v, places in k.positions.items():
+            read_at.setdefault(v, set()).update(places)
+    candidates = {v for v, places in read_at.items() if len(places) > 1 and _expensive(v.producer)}
+    users = plan.graph.users()
+    # a value whose every user (reductions aside: they run in its loop) is itself shared is not
+    return {v for v in candidates if not all(u.outputs[0] in candidates for u in users.get(v, [])
+                                             if plan.kinds.get(u) != _REDUCTION)}
+
+
+def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: bool, fastmath: bool,
+          math: str) -> NumbaEmitted:
+    graph, names = plan.graph, plan.names
+    order = _kernels(plan, vector, vectorise)
+    shared = _shared_values(plan, order)
+    while shared:
+        plan.materialised = shared
+        try:
+            order = _kernels(plan, vector, vectorise)
+        except _Unsupported:   # two loops would each need the other's array first
+            shared = set()
+        else:
+            for k in order:
+                k.source()     # (records what each loop reads)
+            read = {v for v in shared if any(v in k.params for k in order)}
+            if read == shared:
+                break
+            shared = read
+    if not shared and plan.materialised:
+        plan.materialised = set()
+        order = _kernels(plan, vector, vectorise)
+    outputs_done = {v for k in order for v in k.arrays}
+    # shared arrays live in buffers reused across calls (a fresh array costs a page fault per 4 KiB)
+    returned = set(graph.outputs)
+    pooled = [v for k in order for v in k.arrays if v in plan.materialised and v not in returned and v.shape != ()]
     ns = scalar_namespace()
     ns.update({"np": np, "asarray": np.asarray})
     sources, body = [], []
@@ -461,7 +554,10 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
             else:
                 args.append(f"float({src})" if v.dtype.is_floating_point else f"{src}.item()")
         for v in kernel.arrays:
-            if v.shape != ():
+            if v in pooled:
+                body.append(f"    {names[v.name]} = buf_[{pooled.index(v)}]")
+                args.append(names[v.name])
+            elif v.shape != ():
                 body.append(f"    {names[v.name]} = np.empty({tuple(int(s) for s in v.shape)!r}, "
                             f"dtype=np.{np.dtype(v.dtype.np).name})")
                 args.append(names[v.name])
@@ -489,6 +585,12 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
             body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, "
                         f"dtype={np.dtype(v.dtype.np).name!r}).reshape({tuple(int(s) for s in v.shape)!r})")
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body
+    if pooled:
+        glue[0] = glue[0][:-2] + ", pool_=[]):"
+        made = ", ".join(f"np.empty({tuple(int(d) for d in v.shape)!r}, dtype=np.{np.dtype(v.dtype.np).name})"
+                         for v in pooled)
+        glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
+        glue.append("    pool_.append(buf_)")
     rets = [("None" if v is None else names[v.name]) for v in graph.outputs]
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     imports = vector_imports(vector_import) if vectorise else ""
