@@ -15,7 +15,7 @@ that position is the input of the piece whose guards all hold, or zero when none
 >>> g = symgrad.trace(lambda u: u[2:] - u[:-2], np.ones(10))
 >>> at = (Idx(0, 1, 0),)                                  # the loop reads %slice at i0
 >>> [(guards, v.name, pos) for guards, v, pos in pieces(g.nodes[0], at)]
-[((), 'u', (Idx(var=0, coef=1, off=2),))]
+[((), 'u', (Idx(var=0, coef=1, off=2, div=1),))]
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from symgrad.ir.graph import Graph, Node, Value
 from . import op_facts
 from .emit import _ident, node_statements
 from .fuse import reduction_dims
-from .partition import CHEAP_FUNCTIONS
 from .kernel_common import (
     RANGE_CHECKED,
     KernelPrinter,
@@ -48,6 +47,7 @@ from .kernel_common import (
     scalar_namespace,
     vector_imports,
 )
+from .partition import CHEAP_FUNCTIONS
 from .shifted_reads import READ_MAPS, Guard, Idx, NotShifted, broadcast_position, pieces
 
 # A run of positions of a loop dim at least this long gets a body of its own, with every choice
@@ -160,7 +160,7 @@ class _Kernel:
     # --- the loop nest ----------------------------------------------------------------------
 
     def source(self) -> str:
-        from .numba_emit import MAX_VECTOR_CALLS   # (numba_emit imports this module)
+        from .numba_emit import MAX_VECTOR_CALLS  # (numba_emit imports this module)
 
         text = self._source()
         vector = self.printer.vector
@@ -375,9 +375,8 @@ class _Plan:
         self.uniform: dict[Node, str] = {}
         for n in self.kinds:
             if n.op == "constant" and n.data is not None and np.size(n.data) and \
-                    n.data.dtype.kind in "biuf" and np.all(n.data == n.data.flat[0]):
-                if not (n.data.dtype.kind == "f" and np.isnan(n.data.flat[0])) or np.all(np.isnan(n.data)):
-                    self.uniform[n] = _literal(n.data.flat[0], n.outputs[0])
+                    n.data.dtype.kind in "biuf" and np.all(n.data == n.data.flat[0]):   # (never for nan)
+                self.uniform[n] = _literal(n.data.flat[0], n.outputs[0])
         self.level: dict[Node, int] = {}
         self._deps: dict[Value, frozenset] = {}
         self.materialised: set[Value] = set()   # values one loop writes to an array that others read
