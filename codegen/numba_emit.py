@@ -77,6 +77,7 @@ from .kernel_common import (
     vector_imports,
 )
 from .row_kernel import emit_row_kernel
+from .stencil_kernel import emit_stencil_kernel
 
 MATH_MODES = ("vector", "libm")
 
@@ -178,6 +179,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                                parallel=row_mode == "parallel")
         if rows is not None:   # a batch whose rows are reduced and used again: one loop over the rows
             return rows
+    if parallel is not True and not (parallel == "auto" and _row_kernel_mode(graph, parallel) == "parallel"):
+        # slices, pads, concatenations and their gradients: shifted reads in serial loops
+        stencil = emit_stencil_kernel(graph, name, vector=vector, vector_import=vector_import,
+                                      vectorise=vectorise, fastmath=fastmath, math=math)
+        if stencil is not None:
+            return stencil
     names = _value_names(graph)
     # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
     # (16 lanes; SVML on AVX-512), while codegen.vecmath's float32 variants compute in float64 and are

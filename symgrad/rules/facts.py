@@ -17,6 +17,10 @@ Every backend reads these instead of keeping its own list of op names.  The tags
 ``broadcast``
     The output is input 0 broadcast to the output's shape: loops read input 0 with broadcast
     indexing instead of a materialised array.
+``shifted_read``
+    Each output element is an input element at a position affine in the output's position, or zero
+    where none lands (a slice, flip or select, their gradients, a cat): a stencil loop reads the inputs
+    there instead of making the output (the index maps are in :mod:`codegen.shifted_reads`).
 ``recomputable``
     Cheap to compute again (no arithmetic): the partitioner may redo it in the backward instead of
     saving its output (elementwise nodes are judged by their expression instead).

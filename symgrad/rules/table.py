@@ -37,6 +37,8 @@ TAGS = {
     "fresh_result": "the output is always a new array, never a view of an input",
     "same_values": "the output holds input 0's values in order, reshaped, broadcast or copied: no arithmetic",
     "broadcast": "the output is input 0 broadcast to the output's shape",
+    "shifted_read": "each output element is an input element at a position affine in its own (or zero): "
+                    "loops read the inputs there (codegen.shifted_reads has the index maps)",
     "recomputable": "cheap to compute again (no arithmetic): the backward may redo it instead of saving it",
     "reduce_sum": "the output sums input 0 over all dims, or over its `dim` argument",
     "reduce_mean": "the output is the mean of input 0 over all dims, or over its `dim` argument",
