@@ -125,6 +125,7 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
     scatters = scatter_accumulations(graph)
     ready_at: dict[Value, int] = {}   # position after which a value exists
     start: dict[int, int] = {}        # id(group) -> position of its first node
+    last_of_shape: dict[tuple, Group] = {}
     for pos, node in enumerate(graph.nodes):
         chosen = None
         if node not in scatters and _fusable(node, offload, inline):
@@ -138,15 +139,19 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
                 if all(member.get(u.producer) is grp or ready_at.get(u, -1) < s0 for u in node.inputs):
                     chosen = grp
                     break
-            if chosen is None:  # no producer's group: any same-shape group whose start already has our inputs
-                for grp in reversed(groups):
-                    if grp.shape == shape and all(member.get(u.producer) is grp or
-                                                  ready_at.get(u, -1) < start[id(grp)] for u in node.inputs):
-                        chosen = grp
-                        break
+            if chosen is None:
+                # No producer's group: the latest same-shape group whose start already has our inputs.
+                # Groups start in creation order, so it is the last one of this shape, if it starts
+                # after every input is ready (an earlier one would have to hold an input: a
+                # producer's group, refused above).
+                grp = last_of_shape.get(shape)
+                if grp is not None and start[id(grp)] > max((ready_at.get(u, -1) for u in node.inputs),
+                                                            default=-1):
+                    chosen = grp
             if chosen is None:
                 chosen = Group(shape)
                 groups.append(chosen)
+                last_of_shape[shape] = chosen
                 start[id(chosen)] = pos
             chosen.nodes.append(node)
             member[node] = chosen
@@ -164,20 +169,25 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
     for grp in groups:
         grp.start = start[id(grp)]
         inside = {n.output for n in grp.nodes}
+        seen_inputs: set[Value] = set()
         for n in grp.nodes:
             for v in n.inputs:
-                if v not in inside and v not in grp.inputs:
+                if v not in inside and v not in seen_inputs:
+                    seen_inputs.add(v)
                     grp.inputs.append(v)
         # reductions of a group value become accumulators of the loop
+        reductions: set[Node] = set()
         for n in grp.nodes:
             v = n.output
             for u in users.get(v, []):
-                if u not in grp.reductions and u.args[0] is v and reduction_dims(u, len(grp.shape)) is not None:
+                if u not in reductions and u.args[0] is v and reduction_dims(u, len(grp.shape)) is not None:
+                    reductions.add(u)
                     grp.reductions.append(u)
         reduced = {r.args[0] for r in grp.reductions}
+        members = set(grp.nodes)
         for n in grp.nodes:
             v = n.output
-            outside = [u for u in users.get(v, []) if u not in grp.nodes and u not in grp.reductions]
+            outside = [u for u in users.get(v, []) if u not in members and u not in reductions]
             if v in graph_outputs or outside or (v not in reduced and not users.get(v)):
                 grp.outputs.append(v)
     return groups

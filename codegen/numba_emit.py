@@ -53,6 +53,8 @@ def group_0(x, n0):
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import sympy
 
@@ -449,6 +451,11 @@ class _BufferPool:
         self.shapes: list[tuple] = []
         self.slot: dict = {}
         self.owner: list = []               # slot -> the value in it now
+        self._last_use: dict = {}           # the graph and ``at`` are fixed: each value's is computed once
+        self._generation: list[int] = []    # slot -> how many values it has held
+        self._busy: dict = {}               # (shape, dtype) -> heap of (last use, slot, generation)
+        self._free: dict = {}               # (shape, dtype) -> heap of (slot, generation) free since then
+        self._now = -1                      # the latest place a slot was asked for
         # where each node's work happens: a loop runs all its nodes at its first node's place
         self.at = {n: (group_of[n].start if n in group_of else i) for i, n in enumerate(graph.nodes)}
         # an index_put_add folded into a scatter runs where its add is: its values stay live until then
@@ -469,13 +476,48 @@ class _BufferPool:
             return False
         return True
 
+    def _own(self, slot: int, v: Value) -> None:
+        """``v`` is now in ``slot``: the slot becomes free after ``v``'s last use."""
+        if self.owner[slot] is v:
+            return
+        self.owner[slot] = v
+        self._generation[slot] += 1
+        heapq.heappush(self._busy.setdefault(self.shapes[slot], []), (self.last_use(v), slot, self._generation[slot]))
+
+    def _free_slot(self, spec: tuple, now: int) -> int | None:
+        """The lowest slot of this shape and dtype whose value is no longer read at ``now``.
+
+        Loops and ufuncs ask in glue order, so ``now`` does not decrease and a slot found free stays
+        free until it is taken: slots move from a heap ordered by release time to a heap of free slot
+        numbers, each once per value held.  Entries of a slot that changed owner since are stale
+        (their generation is old) and skipped.  Should ``now`` ever go back, every slot is checked.
+        """
+        if now < self._now:
+            free = [i for i, (owner, s) in enumerate(zip(self.owner, self.shapes))
+                    if s == spec and self.last_use(owner) < now]
+            return free[0] if free else None
+        self._now = now
+        busy, free = self._busy.get(spec, []), self._free.setdefault(spec, [])
+        while busy and busy[0][0] < now:
+            _, slot, generation = heapq.heappop(busy)
+            if generation == self._generation[slot]:
+                heapq.heappush(free, (slot, generation))
+        while free:
+            slot, generation = heapq.heappop(free)
+            if generation == self._generation[slot]:
+                return slot
+        return None
+
     def last_use(self, v: Value) -> int:
         """The last place ``v`` (or a view of it) is read."""
-        last = self.at[v.producer] if v.producer is not None else -1
-        for u in self.users.get(v, []):
-            last = max(last, self.at[u])
-            if op_facts.has(u.op, "view"):
-                last = max([last] + [self.last_use(o) for o in u.outputs])
+        last = self._last_use.get(v)
+        if last is None:
+            last = self.at[v.producer] if v.producer is not None else -1
+            for u in self.users.get(v, []):
+                last = max(last, self.at[u])
+                if op_facts.has(u.op, "view"):
+                    last = max([last] + [self.last_use(o) for o in u.outputs])
+            self._last_use[v] = last
         return last
 
     def array(self, v: Value) -> str:
@@ -489,15 +531,16 @@ class _BufferPool:
             return f"np.empty({shape!r}, dtype=np.{dtype})"
         if v not in self.slot:
             now = self.at[v.producer]
-            free = [i for i, (owner, spec) in enumerate(zip(self.owner, self.shapes))
-                    if spec == (shape, dtype) and self.last_use(owner) < now]
-            if free:
-                self.slot[v] = free[0]
+            spec = (shape, dtype)
+            free = self._free_slot(spec, now)
+            if free is not None:
+                self.slot[v] = free
             else:
                 self.slot[v] = len(self.shapes)
-                self.shapes.append((shape, dtype))
-                self.owner.append(v)
-        self.owner[self.slot[v]] = v
+                self.shapes.append(spec)
+                self.owner.append(None)
+                self._generation.append(0)
+        self._own(self.slot[v], v)
         return f"buf_[{self.slot[v]}]" + ("[:m_]" if self.block is not None else "")
 
 

@@ -69,7 +69,11 @@ class Partition:
         return "\n".join(lines)
 
 
-# --- a small max-flow (Edmonds-Karp on adjacency dicts; joint graphs have hundreds of nodes) ----
+# --- max-flow (Dinic: BFS levels, then blocking flows along them, on adjacency dicts) -----------
+# The cut it finds is the set reachable from the source in the final residual graph, which is the
+# same for every maximum flow, so the algorithm only changes how long the search takes.  Each BFS
+# phase augments every shortest path at once: a chain of n saved values costs a few phases, not
+# n searches of the whole graph.
 
 class _Flow:
     def __init__(self) -> None:
@@ -82,30 +86,52 @@ class _Flow:
         self.cap[(u, v)] = self.cap.get((u, v), 0) + c
         self.cap.setdefault((v, u), 0)
 
+    def _levels(self, s, t) -> dict | None:
+        level = {s: 0}
+        q = deque([s])
+        while q:
+            u = q.popleft()
+            for v in self.adj.get(u, ()):
+                if v not in level and self.cap[(u, v)] > 0:
+                    level[v] = level[u] + 1
+                    q.append(v)
+        return level if t in level else None
+
     def max_flow(self, s, t) -> float:
         total = 0.0
+        cap = self.cap
         while True:
-            parent = {s: None}
-            q = deque([s])
-            while q and t not in parent:
-                u = q.popleft()
-                for v in self.adj.get(u, ()):
-                    if v not in parent and self.cap[(u, v)] > 0:
-                        parent[v] = u
-                        q.append(v)
-            if t not in parent:
+            level = self._levels(s, t)
+            if level is None:
                 return total
-            path, v = [], t
-            while parent[v] is not None:
-                path.append((parent[v], v))
-                v = parent[v]
-            push = min(self.cap[e] for e in path)
-            if push == INF:
-                raise ValueError("partition: an infinite-capacity path from inputs to backward (a bug)")
-            for u, v in path:
-                self.cap[(u, v)] -= push
-                self.cap[(v, u)] += push
-            total += push
+            # the arcs of the level graph still worth trying, per vertex (a dead end is dropped)
+            arcs = {u: [v for v in self.adj.get(u, ()) if level.get(v) == lu + 1] for u, lu in level.items()}
+            path = [s]                      # vertices from s; each step follows arcs[path[-1]][-1]
+            while path:
+                u = path[-1]
+                if u == t:
+                    edges = list(zip(path, path[1:]))
+                    push = min(cap[e] for e in edges)
+                    if push == INF:
+                        raise ValueError("partition: an infinite-capacity path from inputs to backward (a bug)")
+                    for a, b in edges:
+                        cap[(a, b)] -= push
+                        cap[(b, a)] += push
+                    total += push
+                    # back up to the tail of the first saturated edge
+                    cut = next(i for i, e in enumerate(edges) if cap[e] == 0)
+                    del path[cut + 1:]
+                    arcs[path[-1]].pop()
+                    continue
+                out = arcs[u]
+                while out and cap[(u, out[-1])] <= 0:
+                    out.pop()
+                if out:
+                    path.append(out[-1])
+                else:                       # no way to t from u in this phase
+                    path.pop()
+                    if path:
+                        arcs[path[-1]].pop()
 
     def reachable(self, s) -> set:
         seen = {s}

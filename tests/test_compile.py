@@ -507,3 +507,17 @@ def test_joint_gradients_are_handed_over_once_and_retained_ones_stay_intact():
     y2.backward()                                      # released: the saved array becomes .grad
     assert x2.grad.numpy() is saved2
     np.testing.assert_allclose(x2.grad.numpy(), want, rtol=1e-12)
+
+
+def test_value_and_grad_finds_the_partition_only_when_asked():
+    """value_and_grad runs one joint kernel: the forward/backward cut (read by inspect and logs) is
+    computed on first use, and is the one compile() finds."""
+    x = np.linspace(-1.0, 1.0, 50)
+    vg = symgrad.value_and_grad(w1)
+    value, grad = vg(x)
+    (k,) = vg.compiled._kernels.values()
+    assert k.__dict__.get("_parts") is None
+    split = symgrad.compile(w1).inspect(symgrad.tensor(x, requires_grad=True))
+    assert [v.name for v in k.parts.saved] == [v.name for v in split.parts.saved] == \
+        ["x", "sin", "exp", "log1p", "tanh"]
+    assert k.__dict__.get("_parts") is k.parts

@@ -451,3 +451,29 @@ def test_a_loop_with_many_elementary_functions_keeps_libm_calls():
     ref.backward()
     np.testing.assert_allclose(value, ref.item(), rtol=1e-12)
     np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", ["reduce", "matmul"])   # (the elementwise chain is one loop: no buffers)
+@pytest.mark.parametrize("parallel", [False, "auto"])
+def test_buffer_pool_reuses_the_lowest_free_slot(monkeypatch, shape, parallel):
+    """Each array goes to the lowest-numbered buffer of its shape and dtype whose value is read no
+    more (checked against a scan of every buffer at every request), and buffers are reused."""
+    from benchmarks.trace_cost import example_input, make_loss
+    from codegen import numba_emit
+    from symgrad.compiler.autodiff import autodiff
+
+    found = []
+    pick = numba_emit._BufferPool._free_slot
+
+    def checked(pool, spec, now):
+        got = pick(pool, spec, now)
+        free = [i for i, (owner, s) in enumerate(zip(pool.owner, pool.shapes))
+                if s == spec and pool.last_use(owner) < now]
+        assert got == (free[0] if free else None)
+        found.append(got)
+        return got
+
+    monkeypatch.setattr(numba_emit._BufferPool, "_free_slot", checked)
+    joint = autodiff(symgrad.trace(make_loss(shape, 40, symgrad), example_input(shape)), [0])
+    emit_numba(joint, "joint", parallel=parallel)
+    assert found and any(slot is not None for slot in found)

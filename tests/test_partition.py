@@ -84,3 +84,51 @@ def test_a_value_needed_only_as_metadata_is_not_saved():
     # sum's gradient needs only the input's shape: nothing of x has to be kept
     p = partition(autodiff(trace(lambda x: x.sum() * 3.0, np.ones(4))))
     assert p.saved == [] and p.saved_bytes == 0
+
+
+def _brute_force_min_cut(n_vertices, edges):
+    """The smallest total capacity of edges leaving a vertex set that holds 0 and not the last vertex."""
+    best = float("inf")
+    inner = range(1, n_vertices - 1)
+    for mask in range(1 << len(inner)):
+        side = {0} | {v for k, v in enumerate(inner) if mask >> k & 1}
+        best = min(best, sum(c for u, v, c in edges if u in side and v not in side))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_max_flow_equals_the_brute_force_min_cut_and_its_cut_is_minimal(seed):
+    from codegen.partition import INF, _Flow
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    edges = []
+    for _ in range(int(rng.integers(1, 25))):
+        u, v = (int(k) for k in rng.integers(0, n, 2))
+        if u != v:
+            edges.append((u, v, INF if rng.random() < 0.25 else int(rng.integers(1, 20))))
+    flow = _Flow()
+    for u, v, c in edges:
+        flow.add(u, v, c)
+    want = _brute_force_min_cut(n, edges)
+    if want == INF:
+        with pytest.raises(ValueError, match="infinite-capacity path"):
+            flow.max_flow(0, n - 1)
+        return
+    assert flow.max_flow(0, n - 1) == want
+    side = flow.reachable(0)
+    assert n - 1 not in side
+    assert sum(c for u, v, c in edges if u in side and v not in side) == want
+
+
+@pytest.mark.parametrize("steps", [60, 240])
+def test_a_long_chain_saves_every_transcendental_value_once(steps):
+    """Many augmenting paths (one per saved value): x and every sin but the last are saved (the
+    backward reads cos of each sin's argument, recomputed as ``0.9 * sin``)."""
+    def chain(x):
+        for _ in range(steps // 2):
+            x = np.sin(x) * 0.9
+        return x.sum()
+
+    p = partition(autodiff(trace(chain, np.linspace(-1, 1, 16))))
+    assert [v.name.rstrip("0123456789_") for v in p.saved] == ["x"] + ["sin"] * (steps // 2 - 1)

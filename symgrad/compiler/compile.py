@@ -168,6 +168,21 @@ def _rebuilt_on_use(attr: str) -> property:
     return property(get, set)
 
 
+class JointKernels(Kernels):
+    """Kernels of ``value_and_grad``: one joint kernel, so the forward/backward partition, which only
+    ``inspect`` and logs read, is computed on first use."""
+
+    @property
+    def parts(self) -> Partition | None:
+        if self.__dict__.get("_parts") is None and self.joint is not None:
+            self.__dict__["_parts"] = partition(self.joint)
+        return self.__dict__.get("_parts")
+
+    @parts.setter
+    def parts(self, value) -> None:
+        self.__dict__["_parts"] = value
+
+
 class CachedKernels(Kernels):
     """Kernels whose code came from the build cache (:mod:`symgrad.compiler.build_cache`): the joint graph
     and the partition, which only ``inspect``, logs and anomaly mode read, are rebuilt on first use."""
@@ -323,14 +338,15 @@ class CompiledFunction:
         if kernels is None and wrt:
             joint = autodiff(graph, wrt)
             t2 = time.perf_counter()
-            parts = partition(joint)
+            # value_and_grad runs one joint kernel: no forward/backward cut to find now
+            parts = None if joint_kernel else partition(joint)
             t3 = time.perf_counter()
             out0 = graph.outputs[0] if n_out == 1 else None
             scalar_loss = out0 is not None and out0.shape == () and out0.dtype.is_floating_point
             if joint_kernel:  # value_and_grad: one kernel computes the value and the gradients
                 joint_fn, joint_src = emit(joint, "joint")
-                kernels = Kernels(graph, joint, parts, None, None, "", "", list(wrt), n_out, graph.output_kind,
-                                  joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
+                kernels = JointKernels(graph, joint, None, None, None, "", "", list(wrt), n_out, graph.output_kind,
+                                       joint.diff_outputs, joint_fn=joint_fn, joint_source=joint_src)
             else:
                 fwd_fn, fwd_src = emit(parts.forward, "forward")
                 bwd_fn, bwd_src = emit(parts.backward, "backward")
