@@ -77,6 +77,9 @@ from .kernel_common import (
     vector_imports,
 )
 from .row_kernel import emit_row_kernel
+from .scatter import kernel_source as scatter_kernel_source
+from .scatter import loop_lines as scatter_loop_lines
+from .scatter import scatter_loops
 
 MATH_MODES = ("vector", "libm")
 
@@ -185,12 +188,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
     scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
+    # scatter-adds (and the gathers feeding them) that run as Numba loops (codegen/scatter.py)
+    scatter_plans = scatter_loops(graph, scatters, {v for g in groups for v in g.outputs})
     group_of = {n: g for g in groups for n in g.nodes}
     fused_reduction = {r: g for g in groups for r in g.reductions}
     ns = scalar_namespace()
     ns.update({"asarray": np.asarray, "np": np})
     kernels: list[str] = []
-    needed = _needed_values(graph, group_of, fused_reduction, scatters)
+    needed = _needed_values(graph, group_of, fused_reduction, scatters, scatter_plans)
     block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed)
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
@@ -218,6 +223,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             body += _loop_call_lines(grp, k, glue_names, needed, pool, block, constants, checked)
             continue
         if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):
+            continue
+        if n in scatter_plans:
+            kernel = f"scatter_{len(kernels)}"
+            plan = scatter_plans[n]
+            threads = bool(parallel) if parallel != "auto" else _threads_pay(int(np.prod(plan.values.shape)))
+            kernels.append(scatter_kernel_source(len(plan.index), len(plan.source_index or ()), threads, kernel))
+            body += [f"    # {node_comment(m)}" for m in (plan.gather, n) if m is not None]
+            body += scatter_loop_lines(plan, kernel, glue_names, ns, glue_names[n.outputs[0].name])
             continue
         if n in scatters:
             body += _scatter_statements(n, *scatters[n], glue_names, ns, graph, group_of)
@@ -266,12 +279,17 @@ def _broadcast_source(v: Value) -> Value:
     return v
 
 
-def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters: dict) -> set[Value]:
+def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters: dict,
+                   scatter_plans: dict) -> set[Value]:
     """Values the glue must compute: outputs, and what glue nodes and loops read (loops read an
-    expand's source, so a broadcast that only feeds loops is never materialised)."""
+    expand's source, so a broadcast that only feeds loops is never materialised; a scatter loop reads
+    a gather's source, so the gather is not materialised either)."""
     needed: set[Value] = {v for v in graph.outputs if v is not None}
     for n in reversed(graph.nodes):
-        if n in group_of:
+        if n in scatter_plans:
+            if n.outputs[0] in needed:
+                needed.update(scatter_plans[n].inputs)
+        elif n in group_of:
             grp = group_of[n]
             needed.update(_broadcast_source(v) for v in grp.inputs)
         elif n in fused_reduction:
