@@ -191,7 +191,7 @@ def _size(shape) -> int:
     return int(np.prod([int(s) for s in shape], dtype=np.int64))
 
 
-def kernel_source(k: int, k2: int, parallel: bool, name: str) -> str:
+def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str) -> str:
     """The kernel adding ``values`` (or ``source`` read at ``k2`` gather index arrays) into the rows of
     ``target`` (2-D: the indexed dims flattened, then the rest) named by ``k`` index arrays.
 
@@ -271,7 +271,7 @@ def raise_index_error(first: int, which: int, arrays: tuple, sizes: tuple, axes:
                      f"{axes[which][1]} with size {sizes[which]}")
 
 
-def loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, label: str) -> list[str]:
+def scatter_loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, label: str) -> list[str]:
     """The glue around a scatter kernel: the target, the kernel's call and the IndexError."""
     out = plan.out
     shape = tuple(int(s) for s in out.shape)
@@ -291,7 +291,7 @@ def loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, label: str
     def index_arg(p, j: int) -> str:
         if isinstance(p, Value):
             return f"np.asarray({names[p.name]}, dtype=np.int64).reshape(-1)"
-        key = f"{label}_index{j}"
+        key = f"{label}_scatter_index{j}"
         ns[key] = np.ascontiguousarray(p, dtype=np.int64).reshape(-1)
         return key
 
@@ -314,3 +314,72 @@ def loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, label: str
     lines.append("    if bad_ >= 0:")
     lines.append(f"        raise_index_error(bad_, which_, ({arrays},), {tuple(sizes)!r}, {tuple(axes)!r})")
     return lines
+
+
+# --- gathers read inside elementwise loops ----------------------------------------------------------
+
+@dataclass
+class GatherRead:
+    """A loop input ``v = source[index]`` that the loop reads through the index (never materialised).
+
+    The loop runs over ``v``'s shape: the index arrays' dims, then ``source``'s dims after the indexed
+    ones.  The glue checks the index arrays before the loop (numpy's IndexError), so the loop only
+    wraps negative indices.
+    """
+
+    value: Value
+    source: Value
+    index: list
+
+    def params(self, names: dict, kernel_name: Callable) -> list[tuple[str, str, object]]:
+        """``(kernel parameter, glue argument, constant or None)`` for the source, then each index array
+        (a constant array becomes a glue constant named after the value)."""
+        out = [(kernel_name(names[self.source.name]), names[self.source.name], None)]
+        for a, p in enumerate(self.index):
+            if isinstance(p, Value):
+                out.append((kernel_name(names[p.name]), names[p.name], None))
+            else:
+                label = kernel_name(names[self.value.name]).rstrip("_")
+                out.append((f"{label}_at{a}", f"{label}_index{a}", np.ascontiguousarray(p, dtype=np.int64)))
+        return out
+
+    def read(self, params: list[str]) -> str:
+        """The loop's read of one element (``params``: the kernel names of :meth:`params`)."""
+        src, index = params[0], params[1:]
+        m = len(self.index[0].shape)
+        at = ", ".join(f"i{d}" for d in range(m)) or "()"
+        rows = [f"{p}[{at}] + ({p}[{at}] < 0) * {src}.shape[{a}]" for a, p in enumerate(index)]
+        rest = [f"i{m + d}" for d in range(len(self.source.shape) - len(self.index))]
+        return f"{src}[{', '.join(rows + rest)}]"
+
+    def check_lines(self, args: list[str], names: dict) -> list[str]:
+        """Glue lines raising numpy's IndexError for an index out of bounds, before the loop reads."""
+        lines = []
+        for a, arg in enumerate(args[1:]):
+            n = int(self.source.shape[a])
+            lines.append(f"    if not index_in_bounds({arg}, {n}):")
+            lines.append(f"        raise_index_error(0, 0, ({arg},), ({n},), (('gather', {a}),))")
+        return lines
+
+
+def gather_read(v: Value, shape: tuple) -> GatherRead | None:
+    """How a loop over ``shape`` reads ``v`` through a gather's index, or None (``v`` is not a gather
+    the loops take: then it is an array, as any input)."""
+    g = v.producer
+    if g is None or len(g.outputs) != 1 or not op_facts.has(g.op, "gather") or g.op not in GATHER_ARGS or \
+            tuple(v.shape) != tuple(shape) or not shape:
+        return None
+    source, ref = GATHER_ARGS[g.op](g)
+    if not isinstance(source, Value) or source.dtype is not v.dtype:
+        return None
+    index = integer_index(ref, len(source.shape))
+    if index is None or any(isinstance(p, Value) and p.shape == () for p in index):
+        return None
+    return GatherRead(v, source, index)
+
+
+def index_in_bounds(index, n: int) -> bool:
+    """Whether every entry of an integer array is a valid index into a dim of size ``n`` (negative
+    ones counting from the end)."""
+    a = np.asarray(index)
+    return a.size == 0 or bool(a.min() >= -n and a.max() < n)

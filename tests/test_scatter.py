@@ -267,3 +267,43 @@ def test_torch_index_put_and_embedding_match_torch(parallel):
     np.testing.assert_allclose(value, t_value.item(), rtol=1e-12)
     np.testing.assert_allclose(gE, tE.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gW, tW.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# --- gathers read inside elementwise loops -----------------------------------------------------------
+
+@pytest.mark.parametrize("parallel", PARALLEL)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index_shape", [(6,), (2, 3)])
+def test_gather_read_in_loop(parallel, dtype, index_shape):
+    r = np.random.default_rng(10)
+    E = r.standard_normal((10, 4)).astype(dtype)
+    w = r.standard_normal(4).astype(dtype)
+    tok = np.array([3, -1, 3, 0, 9, -10]).reshape(index_shape)
+
+    def loss(E, w):
+        return np.sum(np.tanh(E[tok]) * w)
+
+    vg = _vg(loss, (0, 1), parallel)
+    value, (gE, gw) = vg(E, w)
+    eager_value, (eE, ew) = _eager(loss, (E, w), (0, 1))
+    np.testing.assert_allclose(value, eager_value, **_tol(dtype))
+    np.testing.assert_allclose(gE, eE, **_tol(dtype))
+    np.testing.assert_allclose(gw, ew, **_tol(dtype))
+    source = _joint_source(vg, (E, w), (0, 1))
+    assert "op_index_Tensor" not in source and "E.shape[0]" in source   # E read through the index
+
+
+@pytest.mark.parametrize("parallel", PARALLEL)
+def test_gather_read_in_loop_out_of_range(parallel):
+    x = np.arange(5.0)
+
+    def loss(x, idx):
+        return np.sum(np.exp(x[idx]))
+
+    vg = _vg(loss, (0,), parallel)
+    value, (g,) = vg(x, np.array([0, -5, 4, 4]))
+    np.testing.assert_allclose(value, np.exp(x[[0, -5, 4, 4]]).sum(), rtol=1e-14)
+    np.testing.assert_allclose(g, [2.0, 0, 0, 0, 2 * np.exp(4.0)], rtol=1e-14)   # -5 is row 0
+    for bad in (5, -6):
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 with size 5"):
+            vg(x, np.array([0, bad, 1, 2]))
