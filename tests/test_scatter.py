@@ -307,3 +307,50 @@ def test_gather_read_in_loop_out_of_range(parallel):
     for bad in (5, -6):
         with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 with size 5"):
             vg(x, np.array([0, bad, 1, 2]))
+
+
+@pytest.mark.parametrize("parallel", PARALLEL)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.uint8, np.int64])
+def test_base_with_gradient_and_index_dtypes(parallel, index_dtype):
+    """index_put(base, idx, values, accumulate=True): base and values both get gradients."""
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(11)
+    base, vals = r.standard_normal((6, 2)), r.standard_normal((5, 2))
+    idx = np.array([5, 0, 5, 2, 5], dtype=index_dtype)
+
+    def loss(lib, base, vals):
+        h = lib.index_put(base * 2.0, (lib.tensor(idx.astype(np.int64)),), lib.sin(vals), accumulate=True)
+        return (h * h).sum()
+
+    value, (gb, gv) = _vg(lambda b, v: loss(symgrad, b, v), (0, 1), parallel)(base, vals)
+    tb, tv = (torch.tensor(a, requires_grad=True) for a in (base, vals))
+    t_value = loss(torch, tb, tv)
+    t_value.backward()
+    np.testing.assert_allclose(value, t_value.item(), rtol=1e-12)
+    np.testing.assert_allclose(gb, tb.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gv, tv.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+    def np_loss(x, i):   # the index as a graph input of its own dtype
+        h = symgrad.zeros((6, 2), dtype=x.dtype)
+        np.add.at(h, i, x[i[::-1]])
+        return np.sum(h * h)
+
+    x = r.standard_normal((6, 2))
+    value, (g,) = _vg(np_loss, (0,), parallel)(x, idx)
+    eager_value, (eg,) = _eager(np_loss, (x, idx), (0,))
+    np.testing.assert_allclose(value, eager_value, rtol=1e-12)
+    np.testing.assert_allclose(g, eg, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("parallel", PARALLEL)
+def test_empty_index(parallel):
+    E = np.ones((4, 3))
+    tok = np.zeros(0, dtype=np.int64)
+
+    def loss(E):
+        h = symgrad.zeros((2, 3), dtype=E.dtype)
+        np.add.at(h, tok, E[tok])
+        return np.sum(np.exp(h))
+
+    value, (g,) = _vg(loss, (0,), parallel)(E)
+    assert value == 6.0 and np.array_equal(g, np.zeros((4, 3)))
