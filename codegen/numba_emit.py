@@ -80,6 +80,14 @@ from .kernel_common import (
 )
 from .row_kernel import emit_row_kernel
 from .stencil_kernel import emit_stencil_kernel
+from .scatter import (
+    gather_read,
+    index_in_bounds,
+    raise_index_error,
+    scatter_kernel_source,
+    scatter_loop_lines,
+    scatter_loops,
+)
 
 MATH_MODES = ("vector", "libm")
 
@@ -194,12 +202,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
     scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
+    # scatter-adds (and the gathers feeding them) that run as Numba loops (codegen/scatter.py)
+    scatter_plans = scatter_loops(graph, scatters, {v for g in groups for v in g.outputs})
     group_of = {n: g for g in groups for n in g.nodes}
     fused_reduction = {r: g for g in groups for r in g.reductions}
     ns = scalar_namespace()
     ns.update({"asarray": np.asarray, "np": np})
     kernels: list[str] = []
-    needed = _needed_values(graph, group_of, fused_reduction, scatters)
+    needed = _needed_values(graph, group_of, fused_reduction, scatters, scatter_plans)
     block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed)
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
@@ -224,9 +234,17 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             if checked:   # the same loop with libm sin/cos, for arguments beyond the vector range
                 twin, _, _ = _kernel_source(grp, f"{k}_libm", names, needed, in_parallel)
                 kernels.append(decorator(in_parallel, fastmath) + "\n" + twin)
-            body += _loop_call_lines(grp, k, glue_names, needed, pool, block, constants, checked)
+            body += _loop_call_lines(grp, k, glue_names, needed, pool, block, constants, checked, ns)
             continue
         if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):
+            continue
+        if n in scatter_plans:
+            kernel = f"scatter_{len(kernels)}"
+            plan = scatter_plans[n]
+            threads = bool(parallel) if parallel != "auto" else _threads_pay(int(np.prod(plan.values.shape)))
+            kernels.append(scatter_kernel_source(len(plan.index), len(plan.source_index or ()), threads, kernel))
+            body += [f"    # {node_comment(m)}" for m in (plan.gather, n) if m is not None]
+            body += scatter_loop_lines(plan, kernel, glue_names, ns, glue_names[n.outputs[0].name])
             continue
         if n in scatters:
             body += _scatter_statements(n, *scatters[n], glue_names, ns, graph, group_of)
@@ -275,14 +293,22 @@ def _broadcast_source(v: Value) -> Value:
     return v
 
 
-def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters: dict) -> set[Value]:
+def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters: dict,
+                   scatter_plans: dict) -> set[Value]:
     """Values the glue must compute: outputs, and what glue nodes and loops read (loops read an
-    expand's source, so a broadcast that only feeds loops is never materialised)."""
+    expand's source, so a broadcast that only feeds loops is never materialised; a scatter loop reads
+    a gather's source, so the gather is not materialised either)."""
     needed: set[Value] = {v for v in graph.outputs if v is not None}
     for n in reversed(graph.nodes):
-        if n in group_of:
+        if n in scatter_plans:
+            if n.outputs[0] in needed:
+                needed.update(scatter_plans[n].inputs)
+        elif n in group_of:
             grp = group_of[n]
-            needed.update(_broadcast_source(v) for v in grp.inputs)
+            for v in grp.inputs:
+                gathered = gather_read(v, grp.shape)
+                needed.update([gathered.source] + [p for p in gathered.index if isinstance(p, Value)]
+                              if gathered is not None else [_broadcast_source(v)])
         elif n in fused_reduction:
             continue
         elif n in scatters and n.outputs[0] in needed:
@@ -295,11 +321,21 @@ def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters
 
 
 def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, constants: list,
-                     checked: bool) -> list[str]:
+                     checked: bool, ns: dict) -> list[str]:
     """The glue's call of loop kernel ``group_<k>`` (and its libm twin when an argument is out of the
     vector functions' range), then what its reductions still need: a mean's division, the dtype, the shape."""
-    args = []
+    args, checks = [], []
     for v in grp.inputs:
+        gathered = gather_read(v, grp.shape)
+        if gathered is not None:   # the source and the index arrays; the indices checked first
+            read = gathered.params(names, _kernel_name)
+            for _, arg, constant in read:
+                if constant is not None:
+                    ns[arg] = constant
+                if arg not in args:
+                    args.append(arg)
+            checks += gathered.check_lines([arg for _, arg, _ in read], names)
+            continue
         src = _broadcast_source(v)
         arg = f"float({names[src.name]})" if src.shape == () and src.dtype.is_floating_point else (
             f"{names[src.name]}.item()" if src.shape == () else names[src.name])
@@ -311,8 +347,10 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
     args += [repr(float(value)) for _, value in constants]
     results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
     target = ", ".join(results) + ("," if len(results) == 1 else "")
-    lines = [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
-             + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
+    if checks:
+        ns.update(index_in_bounds=index_in_bounds, raise_index_error=raise_index_error)
+    lines = checks + [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
+                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
     if checked:
         flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
         lines.append(f"    {flagged} = group_{k}({', '.join(args)})")
@@ -383,8 +421,8 @@ class _BlockPlan:
 def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, scatters: dict,
                 needed: set) -> _BlockPlan | None:
     """A plan when every step is elementwise over one 1-D shape (or a full reduction of it)."""
-    if scatters or not groups:
-        return None
+    if scatters or not groups or any(gather_read(v, g.shape) for g in groups for v in g.inputs):
+        return None   # (a block of a gather's source is not the rows its index names)
     shape = groups[0].shape
     if len(shape) != 1 or shape[0] < 2 * BLOCK_ELEMENTS:
         return None
@@ -633,6 +671,15 @@ class _LoopKernel:
         self.local: dict[str, str] = {}
         self.reads: list[tuple[str, str]] = []
         for v in grp.inputs:
+            gathered = gather_read(v, grp.shape)
+            if gathered is not None:   # read through the gather's index (codegen/scatter.py)
+                params = [param for param, _, _ in gathered.params(names, _kernel_name)]
+                self.params += [p for p in params if p not in self.params]
+                self.local[v.name] = _kernel_name(names[v.name]).rstrip("_") + "_in"
+                read = (self.local[v.name], gathered.read(params))
+                if read not in self.reads:
+                    self.reads.append(read)
+                continue
             src = _broadcast_source(v)
             param = _kernel_name(names[src.name])
             if param not in self.params:

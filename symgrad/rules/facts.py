@@ -27,6 +27,12 @@ Every backend reads these instead of keeping its own list of op names.  The tags
 ``reduce_sum``, ``reduce_mean``, ``reduce_amax``, ``reduce_amin``
     The output is that reduction of input 0, over all dims or, when the schema has a ``dim``
     argument, over those dims (with ``keepdim``).  At most one per entry.
+``gather``
+    The output is input 0 read at the integer index arrays of the ``indices`` argument
+    (``index.Tensor``): a scatter loop may read input 0 through the index (:mod:`codegen.scatter`).
+``scatter_add``
+    The output is a base (zeros of ``input_sizes``, or ``self`` when ``accumulate``) with ``values``
+    added at ``indices``, repeated indices accumulating in order: a Numba loop may do the adding.
 ``shape_from_values``
     The output's shape depends on the values of the inputs, not only on their shapes (``bincount``):
     a graph, whose shapes are fixed when traced, cannot hold it, so the tracer refuses it.

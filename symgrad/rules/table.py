@@ -45,6 +45,8 @@ TAGS = {
     "reduce_amax": "the output is the maximum of input 0 over all dims, or over its `dim` argument",
     "reduce_amin": "the output is the minimum of input 0 over all dims, or over its `dim` argument",
     "shape_from_values": "the output's shape depends on input values, not only shapes: a trace cannot record it",
+    "gather": "the output is input 0 read at the integer index arrays of its `indices` argument",
+    "scatter_add": "the output is a base (zeros, or `self` when `accumulate`) with `values` added at `indices`",
 }
 METADATA_FUNCS = ("shape", "numel", "dtype")
 
