@@ -23,9 +23,15 @@ def _doctest_names(doctest_namespace):
 
 @pytest.fixture(autouse=True, scope="session")
 def _kernel_cache(tmp_path_factory):
-    # compiled kernels go to a temporary cache, shared by the whole run, never the user's own
+    # compiled kernels go to a temporary cache, shared by the whole run (every xdist worker: a kernel
+    # one worker built is loaded by the other), never the user's own
     import os
 
     if "SYMGRAD_CACHE_DIR" not in os.environ:
-        os.environ["SYMGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("symgrad-cache"))
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            base = base.parent     # the run's directory, above each worker's own
+        cache = base / "symgrad-cache"
+        cache.mkdir(mode=0o700, exist_ok=True)
+        os.environ["SYMGRAD_CACHE_DIR"] = str(cache)
     yield

@@ -884,7 +884,7 @@ LONG = FUZZ == "long"
 _BASE = dict(deadline=None, derandomize=not LONG, database=None, print_blob=True,
              phases=[Phase.explicit, Phase.generate, Phase.shrink],
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-DEFAULT_EXAMPLES = {"float64": 20, "float32": 5}
+DEFAULT_EXAMPLES = {"float64": 10, "float32": 4}
 LONG_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES", "100000"))
 
 

@@ -55,7 +55,8 @@ def _same_line(mine: str, theirs: str, tolerance: float = 2e-4) -> bool:
 def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
     # the symgrad this test file belongs to, whatever copy is installed
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(HERE / "_runner.py"), mode, str(HERE / program), str(draws)],
                           capture_output=True, text=True, timeout=600, cwd=HERE, env=env)
 

@@ -95,6 +95,10 @@ def main(mode: str, program: str, draws_path: str) -> None:
     if mode == "torch":
         import torch
 
+        # a fixed seed and one thread make torch's run, and so the draws replayed to symgrad and the
+        # printed trajectory, the same on every run (programs that seed themselves still do)
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
         draws: list = []
         _recording(torch, draws)
         try:
