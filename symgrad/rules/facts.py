@@ -23,6 +23,10 @@ Every backend reads these instead of keeping its own list of op names.  The tags
 ``reduce_sum``, ``reduce_mean``, ``reduce_amax``, ``reduce_amin``
     The output is that reduction of input 0, over all dims or, when the schema has a ``dim``
     argument, over those dims (with ``keepdim``).  At most one per entry.
+``per_element``
+    Elementwise -- each output element comes from the same element of the (broadcast) inputs -- but
+    without an ``elementwise:`` expression (``where.self``, ``_to_copy``): loop and row kernels compute
+    it per element with the statement :mod:`codegen.per_element` registers for the op.
 ``shape_from_values``
     The output's shape depends on the values of the inputs, not only on their shapes (``bincount``):
     a graph, whose shapes are fixed when traced, cannot hold it, so the tracer refuses it.

@@ -43,6 +43,7 @@ TAGS = {
     "reduce_amax": "the output is the maximum of input 0 over all dims, or over its `dim` argument",
     "reduce_amin": "the output is the minimum of input 0 over all dims, or over its `dim` argument",
     "shape_from_values": "the output's shape depends on input values, not only shapes: a trace cannot record it",
+    "per_element": "elementwise without a sympy expression (where, casts): kernels compute it per element",
 }
 METADATA_FUNCS = ("shape", "numel", "dtype")
 

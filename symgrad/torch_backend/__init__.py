@@ -31,7 +31,8 @@ import threading
 try:
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from . import joint
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     torch = None
     _MISSING = e
@@ -78,6 +79,10 @@ def compile_aten_graph(gm, example_inputs):
     from .runner import GraphRunner, unsupported_ops
 
     _check_cpu(example_inputs)
+    plan = joint.scaled_plan(gm)
+    if plan is not None:     # the backward of a loss whose forward computed the gradients: a scaling
+        _count("graphs_lowered")
+        return joint.scaled_backward(plan)
     missing = unsupported_ops(gm)
     if missing:
         with _STATS_LOCK:
@@ -97,12 +102,26 @@ def _boxed(gm):
     return run
 
 
-def symgrad_backend(gm, example_inputs, **kwargs):
-    """The ``torch.compile`` backend: ``torch.compile(f, backend="symgrad")``."""
+SCALAR_LOSS = ("joint", "split")
+
+
+def symgrad_backend(gm, example_inputs, options: dict | None = None, **kwargs):
+    """The ``torch.compile`` backend: ``torch.compile(f, backend="symgrad")``.
+
+    ``options={"scalar_loss": "split"}`` (``torch.compile``'s ``options``) partitions a region
+    returning a scalar loss like any other (the forward saves activations, the backward kernel runs at
+    ``.backward()``) instead of the default ``"joint"`` (the forward computes the gradients too,
+    :mod:`symgrad.torch_backend.joint`), as ``symgrad.compile``'s option of the same name."""
     if torch is None:  # pragma: no cover
         raise ImportError("symgrad's torch.compile backend needs PyTorch: pip install 'symgrad[torch]'") from _MISSING
     if kwargs:
-        raise TypeError(f"torch.compile(backend='symgrad') takes no options, got {sorted(kwargs)}")
+        raise TypeError(f"torch.compile(backend='symgrad') takes no arguments but options, got {sorted(kwargs)}")
+    options = dict(options or {})
+    scalar_loss = options.pop("scalar_loss", "joint")
+    if options or scalar_loss not in SCALAR_LOSS:
+        raise TypeError(f"torch.compile(backend='symgrad') takes options={{'scalar_loss': 'joint' or 'split'}}, "
+                        f"got {dict(options, scalar_loss=scalar_loss)}")
     _check_cpu(example_inputs)
+    partition = joint.partition if scalar_loss == "joint" else joint.split_partition
     return aot_autograd(fw_compiler=compile_aten_graph, bw_compiler=compile_aten_graph,
-                        partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+                        partition_fn=partition)(gm, example_inputs)
