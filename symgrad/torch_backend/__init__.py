@@ -5,7 +5,7 @@ Registered through the ``torch_dynamo_backends`` entry point (``pip install symg
 compiled region; the backend passes it to AOTAutograd, which traces the joint forward+backward graph
 in aten ops and partitions it (min-cut rematerialisation, as Inductor does).  AOTAutograd then calls
 :func:`compile_aten_graph` on the forward graph and on the backward graph: each is lowered into
-symgrad's IR (aten op by aten op, :mod:`symgrad.torch_backend.lowering`), compiled into fused kernels
+symgrad's IR (aten op by aten op, :mod:`symgrad.torch_backend.runner`), compiled into fused kernels
 by :class:`symgrad.compiler.compile.CompiledFunction`, and run on the tensors' memory through
 ``Tensor.numpy()`` and ``torch.from_numpy`` (no copies on CPU).  The region's ``grad_fn`` is
 torch's ``CompiledFunctionBackward``.
@@ -17,6 +17,10 @@ AOTAutograd makes; and AOTAutograd already solves what a backend would otherwise
 refusals, RNG state).  symgrad contributes what it is for -- fusing the elementwise chains and the
 reductions they feed into loops with inlined vector math -- on both graphs.  The derivatives of the
 backward graph are therefore torch's, not the rule table's.
+
+For a region returning a scalar loss (static sizes), :mod:`symgrad.torch_backend.joint` partitions
+instead: the forward computes the loss and its gradients in one kernel, the backward scales them
+(``options={"scalar_loss": "split"}`` keeps the min-cut partition).
 
 A graph with an op that cannot be lowered (or a dtype other than float32/float64 among its float
 tensors) runs through torch as AOTAutograd gave it: never a wrong result, only no speed-up.
