@@ -20,6 +20,7 @@ import sympy
 from symgrad.ir.graph import Graph, Node, Value
 
 from . import op_facts
+from .per_element import statement_for
 from .simd import MIN_ELEMENTS, simd_functions
 
 # Reductions a loop carries as accumulators.
@@ -104,7 +105,9 @@ def scatter_accumulations(graph: Graph) -> dict[Node, tuple[Node, Value]]:
 
 
 def _fusable(node: Node, offload: bool, inline: dict | None) -> bool:
-    if node.expr is None or len(node.outputs) != 1:
+    if node.expr is None:
+        return statement_for(node) is not None    # where, casts: a registered scalar statement
+    if len(node.outputs) != 1:
         return False
     # bool-valued comparisons are fine as loop temporaries; SIMD-able functions go to numpy
     return not (offload and vectorised_by_numpy(node, inline))

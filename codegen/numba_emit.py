@@ -78,6 +78,7 @@ from .kernel_common import (
     scalar_namespace,
     vector_imports,
 )
+from .per_element import statement_for
 from .row_kernel import emit_row_kernel
 from .stencil_kernel import emit_stencil_kernel
 from .scatter import (
@@ -611,7 +612,7 @@ def _vector_calls(grp: Group, vector: dict) -> int:
     """How many calls of inlined vector functions the loop of ``grp`` would make."""
     if not vector:
         return 0
-    return sum(1 for n in grp.nodes for f in n.expr.atoms(sympy.Function)
+    return sum(1 for n in grp.nodes if n.expr is not None for f in n.expr.atoms(sympy.Function)
                if FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector)
 
 
@@ -694,8 +695,11 @@ class _LoopKernel:
             self.local[n.output.name] = names[n.output.name]
         self.sizes = [f"n{d}" for d in range(rank)]
         self.constants: list = []
-        self.bodies = [lift_constants(n.expr, self.constants) for n in nodes]
         self.printer = KernelPrinter(self.local, vector or {})
+        # an op without an expression (where, a cast) is printed by its per-element statement, here:
+        # the constants it lifts are kernel parameters, named before the signature is written
+        self.bodies = [lift_constants(n.expr, self.constants) if n.expr is not None
+                       else statement_for(n)(n, self.printer, self.constants) for n in nodes]
         self.written = [v for v in grp.outputs if v in needed]
         self.dims_of = dims_of = [reduction_dims(r, rank)[0] for r in grp.reductions]
         self.vectorise = vectorise = vectorise and rank > 0
@@ -708,7 +712,7 @@ class _LoopKernel:
         self.checked = bool(vector) and any(
             FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in RANGE_CHECKED
             and FUNCTION_NAMES.get(type(f).__name__, type(f).__name__) in vector
-            for n in nodes for f in n.expr.atoms(sympy.Function))
+            for n in nodes if n.expr is not None for f in n.expr.atoms(sympy.Function))
         self.flag = "range_c" if self.chunked else "out_of_range"
 
     def source(self) -> str:
@@ -798,7 +802,7 @@ class _LoopKernel:
             o = n.output
             printer.suffix = compute_suffix(n)
             seen = len(printer.checks)
-            code = printer.doprint(body)
+            code = body if isinstance(body, str) else printer.doprint(body)
             args = ", ".join(generic_arg(a, self.constants, code) for a in n.args)
             short = SHORT_DTYPES.get(o.dtype.name, o.dtype.name)
             lines.append(f"{indent}# %{o.name}: {short}[{', '.join(self.sizes)}] = {n.op}({args})")

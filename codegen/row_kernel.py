@@ -19,8 +19,9 @@ of the 2-D placeholders:
   (``sum``/``mean``/``amax``/``amin`` over dim 1); full ``sum``/``mean`` reductions as outputs;
 * ``x[arange(rows), idx]`` on a 2-D input (one element per row) and its gradient, an
   ``index_put_add`` at those positions that one addition then merges into a row vector output;
-* and at least one row reduction whose result is used by a later row-vector computation (otherwise
-  the fuser's single pass is already as good).
+* and at least one row reduction whose result is used by a later row-vector computation, or the row
+  sum of a one-hot row (otherwise the fuser's single pass is already as good; for a one-hot's sum it
+  would write the one-hot out as a dense array).
 
 The order of operations within a row is that of the graph; sums over a row are reassociated (as in
 every ``math="vector"`` loop), sums over rows are taken in row order.  A parallel row kernel (the loops'
@@ -59,6 +60,7 @@ from .kernel_common import (
     scalar_namespace,
     vector_imports,
 )
+from .per_element import statement_for
 
 S, R, V, H = "scalar", "row", "vector", "one-hot"   # value kinds (H: index_put_add of one value per row)
 
@@ -86,34 +88,6 @@ def _alias(op: str) -> bool:
 
 class _Unsupported(Exception):
     """The graph has something a row kernel does not do."""
-
-
-# The scalar statement of a non-elementwise op computed per element: ``code(node, local, printer, constants)``
-# (``local``: value name -> the kernel's name for it; ``constants``: what lift_constants collects).
-_SCALAR_CODE: dict[str, Callable] = {}
-
-
-def _scalar_code(op: str):
-    def deco(fn):
-        _SCALAR_CODE[op] = fn
-        return fn
-    return deco
-
-
-@_scalar_code("_to_copy")
-def _to_copy_code(n, local: dict, printer, constants: list) -> str:
-    target = n.outputs[0].dtype.np
-    if target not in (np.float64, np.float32):
-        raise _Unsupported
-    return f"np.{np.dtype(target).name}({local[n.inputs[0].name]})"
-
-
-@_scalar_code("where.self")
-def _where_code(n, local: dict, printer, constants: list) -> str:
-    c, a, b = (printer.doprint(lift_constants(sympy.sympify(x) if not isinstance(x, Value)
-                                              else sympy.Symbol(x.name), constants))
-               for x in n.args[:3])
-    return f"where({c}, {a}, {b})"
 
 
 class _Segment:
@@ -214,6 +188,12 @@ class _RowKernel:
         self.seg_of: dict[Value, _Segment] = {}
         self.onehot: dict[Value, tuple] = {}          # H value -> (index Value, value Value)
         self.fixups: dict[Node, Value] = {}           # V add node -> the H value it merges
+        self.onehot_sums: set[Value] = set()          # row sums of one-hot rows (their one value)
+        # row values computed from the (rows,) inputs alone (labels, masks), and the sums over rows of
+        # such values (a mean's count of labels not ignored): those sums run in a first, cheap loop
+        # over the rows, so that the main loop may read them
+        self.label_rows: set[Value] = set()
+        self.pre_totals: list[Node] = []
         self.outputs = outputs = {v for v in self.graph.outputs if v is not None}
         for n in self.nodes:
             if len(n.outputs) != 1:
@@ -223,8 +203,10 @@ class _RowKernel:
             step = self._classify(n)
             if step is not None:
                 self._place(step, n.inputs)
-        if not any(self._after_reduction(seg) for seg in self.segments):
-            raise _Unsupported   # one pass over the batch: the fuser's loops do the same
+        if not self.onehot_sums and not any(self._after_reduction(seg) for seg in self.segments):
+            # one pass over the batch: the fuser's loops do the same (except for a one-hot's row sum,
+            # for which they would write the one-hot out as a dense array)
+            raise _Unsupported
         for o in outputs:
             if o in self.inputs:
                 continue   # an input the graph returns (a forward saving it): the glue passes it on
@@ -245,6 +227,7 @@ class _RowKernel:
             if not _over_columns(n) or n.args[-1] is not None or self._shape_kind(o) != R:
                 raise _Unsupported
             self.kind[o] = R
+            self.onehot_sums.add(o)
             return ("row", n)
         if _row_reduction(n.op):
             return self._plan_row_reduction(n, kinds)
@@ -276,12 +259,24 @@ class _RowKernel:
             raise _Unsupported
         return ("row", n)
 
+    def _plan_constant(self, n):
+        """A number baked into the graph (a seed 1): a scalar of the kernel, passed as a constant."""
+        o = n.outputs[0]
+        if o.shape != () or o.dtype.np not in (np.float64, np.float32, np.int64, np.bool_):
+            raise _Unsupported
+        self.kind[o] = S
+        self.pre.append(n)
+        return None
+
     def _plan_total(self, n, kinds):
         """A sum or mean to a scalar: of row values, a sum over rows; of row vectors, also a loop's."""
         o = n.outputs[0]
         if n.args[-1] is not None or kinds[0] not in (R, V):
             raise _Unsupported
         self.kind[o] = S
+        if n.inputs[0] in self.label_rows and not self.parallel:
+            self.pre_totals.append(n)     # summed in the first loop over the rows: ready before the main one
+            return None
         self.after_rows.add(o)
         if kinds[0] == V:
             self._loop_for(n).reductions.append(n)
@@ -303,7 +298,7 @@ class _RowKernel:
     def _plan_per_element(self, n, kinds):
         """Elementwise ops, ``where``, casts, views and broadcasts, and the per-row gather."""
         o, ins = n.outputs[0], n.inputs
-        ok = n.is_elementwise or n.op in _SCALAR_CODE or n.op == "index.Tensor" or _alias(n.op)
+        ok = n.is_elementwise or statement_for(n) is not None or n.op == "index.Tensor" or _alias(n.op)
         if not ok or H in kinds and not self._merges_onehot(n, o, self.outputs):
             raise _Unsupported
         k = self._shape_kind(o)
@@ -342,6 +337,9 @@ class _RowKernel:
             else:
                 self.pre.append(n)
             return None
+        if n.op != "index.Tensor" and all(v in self.label_rows or (v in self.inputs and self.kind[v] == R)
+                                          for v in ins):
+            self.label_rows.add(o)
         return ("row", n)
 
     def _merges_onehot(self, n, o, outputs) -> bool:
@@ -398,7 +396,7 @@ class _RowKernel:
         self.plan()
         self._name_values()
         body = self._row_input_lines()
-        pre: list[str] = []
+        pre = self._pre_total_lines(body)
         self._scalar_steps(self.pre, pre)
         for kind, item in self.steps:
             if kind == "row":
@@ -443,9 +441,14 @@ class _RowKernel:
 
     def _code_of(self, n) -> str:
         self.printer.suffix = compute_suffix(n)
-        lower = _SCALAR_CODE.get(n.op)
+        if n.op == "constant":
+            value = n.data.item()
+            if isinstance(value, float):
+                return rounded_to_dtype(n, self.printer.doprint(lift_constants(sympy.Float(value), self.constants)))
+            return repr(value)
+        lower = statement_for(n)
         if lower is not None:
-            return rounded_to_dtype(n, lower(n, self.local, self.printer, self.constants))
+            return rounded_to_dtype(n, lower(n, self.printer, self.constants))
         return rounded_to_dtype(n, self.printer.doprint(lift_constants(n.expr, self.constants)))
 
     def _comment(self, n) -> str:
@@ -479,6 +482,43 @@ class _RowKernel:
             self.local[v.name] = f"{names[v.name].rstrip('_')}_in"
             lines.append(f"{_PAD}{self.local[v.name]} = {read}")
         return lines
+
+    def _pre_total_lines(self, input_lines: list[str]) -> list[str]:
+        """The first loop over the rows, for the sums of :attr:`label_rows` values, and their values."""
+        if not self.pre_totals:
+            return []
+        chain: set[Value] = set()
+        todo = [n.inputs[0] for n in self.pre_totals]
+        while todo:
+            v = todo.pop()
+            if v in self.label_rows and v not in chain:
+                chain.add(v)
+                todo += v.producer.inputs
+        lines = ["    for i in range(n0):  # sums over the rows of what the labels alone decide"] + input_lines
+        for n in self.nodes:
+            o = n.outputs[0]
+            if o not in chain:
+                continue
+            if _alias(n.op):
+                self.local[o.name] = self.local[n.inputs[0].name]
+                continue
+            lines.append(f"{_PAD}{self._comment(n)}")
+            lines.append(f"{_PAD}{self.local[o.name]} = {self._code_of(n)}")
+        for n in self.pre_totals:
+            lines.append(f"{_PAD}{self._comment(n)}")
+            lines.append(f"{_PAD}{self.totals[n.outputs[0]]} += {self.local[n.inputs[0].name]}")
+        for n in self.pre_totals:
+            lines += self._total_value_lines(n)
+        return lines
+
+    def _total_value_lines(self, n) -> list[str]:
+        """A sum (or mean) over rows, from its accumulator."""
+        o = n.outputs[0]
+        count = ("n0 * n1" if self.kind[n.inputs[0]] == V else "n0") if _full_reduction(n.op) == "mean" else None
+        self.local[o.name] = self.names[o.name]
+        total = self.totals[o]
+        value = f"{total} / ({count})" if count else total
+        return [f"    {self.local[o.name]} = {rounded_to_dtype(n, value)}"]
 
     def _scalar_steps(self, nodes: list, lines: list[str]) -> None:
         """Scalar nodes computed once (before or after the rows), as statements of the kernel."""
@@ -595,14 +635,8 @@ class _RowKernel:
         """After the rows: the sums over rows, and what is computed from them."""
         after = []
         for n in self.nodes:
-            o = n.outputs[0]
-            if o in self.totals:
-                count = ("n0 * n1" if self.kind[n.inputs[0]] == V else "n0") \
-                    if _full_reduction(n.op) == "mean" else None
-                self.local[o.name] = self.names[o.name]
-                total = self.totals[o]
-                value = f"{total} / ({count})" if count else total
-                after.append(f"    {self.local[o.name]} = {rounded_to_dtype(n, value)}")
+            if n.outputs[0] in self.totals and n not in self.pre_totals:
+                after += self._total_value_lines(n)
         self._scalar_steps(self.post, after)
         return after
 
@@ -698,6 +732,7 @@ class _RowKernel:
 # returns the node's per-row step (or None when it went into a loop).
 _PLAN_STEPS: dict[str, Callable] = {
     "index_put_add": _RowKernel._plan_onehot,
+    "constant": _RowKernel._plan_constant,
 }
 
 # Row steps of the ops that are not one scalar statement: ``step(kernel, node, body)``.

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import symgrad.torch_backend as tb  # noqa: E402
+from symgrad.torch_backend import joint  # noqa: E402
 
 BACKEND = tb.symgrad_backend     # the function the entry point names (the entry point is tested below)
 TOL = {torch.float32: dict(rtol=2e-5, atol=1e-6), torch.float64: dict(rtol=1e-12, atol=1e-13)}
@@ -91,6 +92,98 @@ def test_cross_entropy_with_class_weights_runs_through_torch():
     assert s["graphs_fallback"] >= 1 and any("nll_loss" in op for op in s["fallback_ops"])
 
 
+def _runners(monkeypatch):
+    """The symgrad graph runners the backend builds (a list filled as graphs are compiled)."""
+    made = []
+    real = tb.compile_aten_graph
+
+    def spy(gm, example_inputs):
+        fn = real(gm, example_inputs)
+        made.append(fn)
+        return fn
+    monkeypatch.setattr(tb, "compile_aten_graph", spy)
+    return made
+
+
+def _sources(runner) -> str:
+    return "\n".join(k.forward_source for k in runner.compiled._kernels.values())
+
+
+@pytest.mark.parametrize("dtype, kwargs", [(torch.float64, {}), (torch.float32, {}),
+                                           (torch.float64, {"reduction": "sum"}),
+                                           (torch.float64, {"ignore_index": 0}),    # a class index ignored
+                                           (torch.float32, {"label_smoothing": 0.0, "ignore_index": 3})])
+def test_cross_entropy_loss_and_gradient_in_one_row_kernel(monkeypatch, dtype, kwargs):
+    """A scalar loss: the forward computes the gradients too (one pass over the rows), the backward
+    scales them by the incoming gradient."""
+    made = _runners(monkeypatch)
+    g = torch.Generator().manual_seed(11)
+    logits = (torch.randn(48, 7, generator=g, dtype=dtype) * 3).requires_grad_()
+    labels = torch.randint(0, 7, (48,), generator=g)
+    labels[::5] = kwargs.get("ignore_index", -100)
+    compare(lambda L, y: F.cross_entropy(L, y, **kwargs), [logits, labels], dtype)
+    s = tb.stats()
+    assert s["graphs_lowered"] == 2 and s["graphs_fallback"] == 0 and s["kernel_builds"] == 1
+    source = _sources(made[0])
+    assert source.count("def row_kernel_0(") == 1 and "group_" not in source and "op_" not in source
+    assert isinstance(made[1], type(joint.scaled_backward([])))       # the backward: a scaling, no kernel
+
+
+def test_scaled_gradients_with_other_seeds_retained_graphs_and_shared_gradients():
+    x = torch.linspace(-2, 3, 40, dtype=torch.float64, requires_grad=True)
+    y = torch.linspace(1, 2, 40, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(lambda x, y: (torch.tanh(x) * y + x + y).sum(), backend=BACKEND)
+    ex, ey = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    want = (torch.tanh(ex) * ey + ex + ey).sum()
+    wx, wy = torch.autograd.grad(want, [ex, ey])
+    # a seed other than 1 (the loss scaled after the compiled region)
+    (compiled(x, y) * 2.5).backward()
+    torch.testing.assert_close(x.grad, 2.5 * wx, rtol=1e-15, atol=0)
+    torch.testing.assert_close(y.grad, 2.5 * wy, rtol=1e-15, atol=0)
+    # a retained graph: three backwards accumulate, and the saved gradients stay intact
+    x.grad = y.grad = None
+    out = compiled(x, y)
+    for _ in range(3):
+        out.backward(retain_graph=True)
+    torch.testing.assert_close(x.grad, 3 * wx, rtol=1e-15, atol=0)
+    gx, = torch.autograd.grad(out, [x], retain_graph=True)
+    gx.mul_(100.0)                                    # the caller's tensor, not the saved one
+    gx2, = torch.autograd.grad(out, [x])
+    torch.testing.assert_close(gx2, wx, rtol=1e-15, atol=0)
+    # two inputs whose gradients are one node of the graph get two tensors
+    x.grad = y.grad = None
+    s = torch.compile(lambda x, y: (x + y).sum(), backend=BACKEND)(x, y)
+    s.backward()
+    assert x.grad is not y.grad
+    x.grad.add_(1.0)
+    torch.testing.assert_close(y.grad, torch.ones_like(y))
+
+
+def test_split_option_and_bad_options():
+    x = torch.linspace(-2, 3, 100, dtype=torch.float64, requires_grad=True)
+    compare(w1, [x], torch.float64, torch.compile(w1, backend=BACKEND, options={"scalar_loss": "split"}))
+    assert tb.stats()["kernel_builds"] == 2               # a forward and a backward kernel
+    with pytest.raises(TypeError, match="scalar_loss"):
+        tb.symgrad_backend(torch.fx.symbolic_trace(lambda x: x * 2), [x], options={"scalar_loss": "both"})
+
+
+def test_relu_network_backward_where_is_fused(monkeypatch):
+    made = _runners(monkeypatch)
+    torch.manual_seed(9)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).double()
+    eager = copy.deepcopy(model)
+    X, Y = torch.randn(30, 6, dtype=torch.float64), torch.randn(30, 2, dtype=torch.float64)
+    out = torch.compile(lambda X: model(X) * 2.0, backend=BACKEND, options={"scalar_loss": "split"})(X)
+    want = eager(X) * 2.0
+    torch.testing.assert_close(out, want, **TOL[torch.float64])
+    out.backward(Y)
+    want.backward(Y)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL[torch.float64])
+    backward = _sources(made[-1])
+    assert "where(" in backward and "op_where_self" not in backward    # threshold_backward inside a loop
+
+
 def make_mlp(dtype, approximate="none"):
     torch.manual_seed(3)
     return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(approximate=approximate),
@@ -156,8 +249,8 @@ def test_dynamic_batch_size(dynamic):
             torch._dynamo.mark_dynamic(X, 0)
             torch._dynamo.mark_dynamic(y, 0)
         compare(loss, [X, W, y], dtype, compiled)
-    s = tb.stats()
-    assert s["graphs_fallback"] == 0 and s["kernel_builds"] >= 6
+    s = tb.stats()   # kernels per size: a forward computing the gradients (static sizes) or forward and backward
+    assert s["graphs_fallback"] == 0 and s["kernel_builds"] >= 5
 
 
 def test_graph_break_print_and_item(capsys):

@@ -33,6 +33,10 @@ Every backend reads these instead of keeping its own list of op names.  The tags
 ``scatter_add``
     The output is a base (zeros of ``input_sizes``, or ``self`` when ``accumulate``) with ``values``
     added at ``indices``, repeated indices accumulating in order: a Numba loop may do the adding.
+``per_element``
+    Elementwise -- each output element comes from the same element of the (broadcast) inputs -- but
+    without an ``elementwise:`` expression (``where.self``, ``_to_copy``): loop and row kernels compute
+    it per element with the statement :mod:`codegen.per_element` registers for the op.
 ``shape_from_values``
     The output's shape depends on the values of the inputs, not only on their shapes (``bincount``):
     a graph, whose shapes are fixed when traced, cannot hold it, so the tracer refuses it.

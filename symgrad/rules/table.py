@@ -47,6 +47,7 @@ TAGS = {
     "shape_from_values": "the output's shape depends on input values, not only shapes: a trace cannot record it",
     "gather": "the output is input 0 read at the integer index arrays of its `indices` argument",
     "scatter_add": "the output is a base (zeros, or `self` when `accumulate`) with `values` added at `indices`",
+    "per_element": "elementwise without a sympy expression (where, casts): kernels compute it per element",
 }
 METADATA_FUNCS = ("shape", "numel", "dtype")
 

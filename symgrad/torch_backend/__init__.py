@@ -5,7 +5,7 @@ Registered through the ``torch_dynamo_backends`` entry point (``pip install symg
 compiled region; the backend passes it to AOTAutograd, which traces the joint forward+backward graph
 in aten ops and partitions it (min-cut rematerialisation, as Inductor does).  AOTAutograd then calls
 :func:`compile_aten_graph` on the forward graph and on the backward graph: each is lowered into
-symgrad's IR (aten op by aten op, :mod:`symgrad.torch_backend.lowering`), compiled into fused kernels
+symgrad's IR (aten op by aten op, :mod:`symgrad.torch_backend.runner`), compiled into fused kernels
 by :class:`symgrad.compiler.compile.CompiledFunction`, and run on the tensors' memory through
 ``Tensor.numpy()`` and ``torch.from_numpy`` (no copies on CPU).  The region's ``grad_fn`` is
 torch's ``CompiledFunctionBackward``.
@@ -17,6 +17,10 @@ AOTAutograd makes; and AOTAutograd already solves what a backend would otherwise
 refusals, RNG state).  symgrad contributes what it is for -- fusing the elementwise chains and the
 reductions they feed into loops with inlined vector math -- on both graphs.  The derivatives of the
 backward graph are therefore torch's, not the rule table's.
+
+For a region returning a scalar loss (static sizes), :mod:`symgrad.torch_backend.joint` partitions
+instead: the forward computes the loss and its gradients in one kernel, the backward scales them
+(``options={"scalar_loss": "split"}`` keeps the min-cut partition).
 
 A graph with an op that cannot be lowered (or a dtype other than float32/float64 among its float
 tensors) runs through torch as AOTAutograd gave it: never a wrong result, only no speed-up.
@@ -31,7 +35,8 @@ import threading
 try:
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from . import joint
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     torch = None
     _MISSING = e
@@ -78,6 +83,10 @@ def compile_aten_graph(gm, example_inputs):
     from .runner import GraphRunner, unsupported_ops
 
     _check_cpu(example_inputs)
+    plan = joint.scaled_plan(gm)
+    if plan is not None:     # the backward of a loss whose forward computed the gradients: a scaling
+        _count("graphs_lowered")
+        return joint.scaled_backward(plan)
     missing = unsupported_ops(gm)
     if missing:
         with _STATS_LOCK:
@@ -97,12 +106,26 @@ def _boxed(gm):
     return run
 
 
-def symgrad_backend(gm, example_inputs, **kwargs):
-    """The ``torch.compile`` backend: ``torch.compile(f, backend="symgrad")``."""
+SCALAR_LOSS = ("joint", "split")
+
+
+def symgrad_backend(gm, example_inputs, options: dict | None = None, **kwargs):
+    """The ``torch.compile`` backend: ``torch.compile(f, backend="symgrad")``.
+
+    ``options={"scalar_loss": "split"}`` (``torch.compile``'s ``options``) partitions a region
+    returning a scalar loss like any other (the forward saves activations, the backward kernel runs at
+    ``.backward()``) instead of the default ``"joint"`` (the forward computes the gradients too,
+    :mod:`symgrad.torch_backend.joint`), as ``symgrad.compile``'s option of the same name."""
     if torch is None:  # pragma: no cover
         raise ImportError("symgrad's torch.compile backend needs PyTorch: pip install 'symgrad[torch]'") from _MISSING
     if kwargs:
-        raise TypeError(f"torch.compile(backend='symgrad') takes no options, got {sorted(kwargs)}")
+        raise TypeError(f"torch.compile(backend='symgrad') takes no arguments but options, got {sorted(kwargs)}")
+    options = dict(options or {})
+    scalar_loss = options.pop("scalar_loss", "joint")
+    if options or scalar_loss not in SCALAR_LOSS:
+        raise TypeError(f"torch.compile(backend='symgrad') takes options={{'scalar_loss': 'joint' or 'split'}}, "
+                        f"got {dict(options, scalar_loss=scalar_loss)}")
     _check_cpu(example_inputs)
+    partition = joint.partition if scalar_loss == "joint" else joint.split_partition
     return aot_autograd(fw_compiler=compile_aten_graph, bw_compiler=compile_aten_graph,
-                        partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+                        partition_fn=partition)(gm, example_inputs)

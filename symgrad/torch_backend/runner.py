@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - the backend needs torch; without it th
 
 from ..compiler.compile import CompiledFunction
 from ..ops import registry
+from ..ops.functional import index_put_add
 from ..tensor import Tensor
 
 aten = torch.ops.aten if torch is not None else None
@@ -60,10 +61,6 @@ def _gelu_backward(g, x, approximate="none"):
     return g * (cdf + x * pdf)
 
 
-def _one_hot(target, classes: int):
-    return symgrad.arange(classes) == target.unsqueeze(1)
-
-
 def _log_softmax(x, dim, half_to_float=False):
     # as fusable elementwise ops and reductions (the rule table's op runs whole, in numpy)
     shifted = x - x.amax(dim, keepdim=True)
@@ -86,9 +83,24 @@ def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
 
 
 def _nll_loss_backward(g, logp, target, weight, reduction, ignore_index, total_weight):
-    hot = _one_hot(target, logp.shape[1]) & (target != ignore_index).unsqueeze(1)
+    # one value per row, added at the row's label: the gradient of the forward's ``logp[rows, label]``,
+    # which row kernels compute without a dense one-hot matrix
+    valid = target != ignore_index
     scale = -g / total_weight if reduction == 1 else -g
-    return symgrad.where(hot, scale, 0.0)
+    per_row = symgrad.where(valid, scale, 0.0)
+    rows = symgrad.arange(logp.shape[0])
+    return index_put_add(per_row, logp.shape, (rows, symgrad.where(valid, target, 0)))
+
+
+def _full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    return symgrad.full(tuple(size), fill_value, dtype=dtype)
+
+
+def _full_supported(node) -> str | None:
+    layout, pin = node.kwargs.get("layout"), node.kwargs.get("pin_memory")
+    if layout not in (None, torch.strided) or pin:
+        return f"full with layout={layout}, pin_memory={pin}"
+    return None
 
 
 def _nll_supported(node) -> str | None:
@@ -123,11 +135,13 @@ SPECIAL = {} if torch is None else {
     aten.nll_loss_backward.default: _nll_loss_backward,
     aten.addmm.default: lambda bias, a, b, beta=1, alpha=1: bias * beta + (a @ b) * alpha,
     aten.sym_size.int: lambda x, dim: x.shape[dim],
+    aten.full.default: _full,
     # aten's None skips a dimension; in a Python key None would insert one
     aten.index.Tensor: lambda x, indices: x[tuple(slice(None) if i is None else i for i in indices)],
 }
 # arguments a SPECIAL lowering does not handle: (op, reason) checks made on the FX node
-SPECIAL_CHECKS = {} if torch is None else {aten.nll_loss_forward.default: _nll_supported,
+SPECIAL_CHECKS = {} if torch is None else {aten.full.default: _full_supported,
+                                           aten.nll_loss_forward.default: _nll_supported,
                                            aten.nll_loss_backward.default: _nll_supported}
 
 PYTHON_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.neg,
@@ -294,6 +308,14 @@ class _Interpreter:
         raise AssertionError("an FX graph ends with an output node")
 
 
+def _to_torch(value) -> torch.Tensor:
+    """A kernel's result as a tensor on its memory; a read-only array (a broadcast view, whose
+    elements share memory) is copied: torch would write through it."""
+    if type(value) is not np.ndarray or not value.flags.writeable:
+        value = np.array(value)
+    return torch.from_numpy(value)
+
+
 class GraphRunner:
     """A boxed callable (AOTAutograd's calling convention) running one aten graph with symgrad kernels,
     built once per input signature (dtypes, shapes, and the values of symbolic sizes)."""
@@ -307,32 +329,35 @@ class GraphRunner:
         self.built: dict = {}
 
     def __call__(self, *args):
-        # boxed (one list, which may be cleared) or, once Dynamo wraps the backward, unboxed
-        if len(args) == 1 and isinstance(args[0], list):
-            args = args[0]
-            boxed = args
-        else:
-            boxed = None
-        key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        # boxed (one list, cleared so that the caller's references go) or, once Dynamo wraps the
+        # backward, unboxed
+        if len(args) == 1 and type(args[0]) is list:
+            boxed = args[0]
+            args = tuple(boxed)
+            boxed.clear()
+        arrays, key = [], []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if not a.is_cpu:
+                    raise RuntimeError(f"torch.compile(backend='symgrad') runs on CPU tensors only; got a tensor "
+                                       f"on {a.device}. Move the inputs to the CPU, or use backend='inductor'")
+                array = a.detach().numpy()
+                arrays.append(array)
+                key.append((array.dtype, array.shape))
+            else:
+                key.append(a)
+        key = tuple(key)
         entry = self.built.get(key)
         if entry is None:
             entry = self.built[key] = self._build(args)
-        forward, layout = entry
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        for t in tensors:
-            if t.device.type != "cpu":
-                raise RuntimeError(f"torch.compile(backend='symgrad') runs on CPU tensors only; got a tensor on "
-                                   f"{t.device}. Move the inputs to the CPU, or use backend='inductor'")
-        arrays = [t.detach().numpy() for t in tensors]
-        if boxed is not None:
-            boxed.clear()
-        results = forward(*arrays) if forward is not None else ()
+        run, layout = entry
+        results = run(*arrays) if run is not None else ()
         out = []
         for kind, what in layout:
             if kind == "kernel":
-                out.append(torch.from_numpy(np.asarray(results[what])))
+                out.append(_to_torch(results[what]))
             elif kind == "input":
-                out.append(tensors[what])
+                out.append(args[what])
             else:
                 out.append(what)
         return out
@@ -341,7 +366,10 @@ class GraphRunner:
         self.count("kernel_builds")
         inputs = [Tensor._wrap(a.detach().numpy()) if isinstance(a, torch.Tensor) else a for a in args]
         kernels = self.compiled.kernels_for(*inputs, wrt=())
-        layout = list(self.interpreter.layout)
+        # an output that is an input: its position among all the arguments
+        tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        layout = [("input", tensor_positions[what]) if kind == "input" else (kind, what)
+                  for kind, what in self.interpreter.layout]
         n = kernels.n_outputs
         if not any(kind == "kernel" for kind, _ in layout):
             return None, layout
