@@ -116,7 +116,7 @@ class Case:
                 b = np.roll(a, 1)
                 if np.array_equal(a, b):
                     b = a[::-1].copy()
-            fresh[k] = np.ascontiguousarray(b)
+            fresh[k] = np.array(b, order="C")   # (ascontiguousarray would make a 0-d array 1-d)
         self.fresh = fresh
         # fixed weights, from the example outputs' shapes
         outs = self.outputs([symgrad.tensor(a) for a in self.example])
