@@ -80,7 +80,6 @@ from .kernel_common import (
 )
 from .per_element import statement_for
 from .row_kernel import emit_row_kernel
-from .stencil_kernel import emit_stencil_kernel
 from .scatter import (
     gather_read,
     index_in_bounds,
@@ -89,6 +88,7 @@ from .scatter import (
     scatter_loop_lines,
     scatter_loops,
 )
+from .stencil_kernel import emit_stencil_kernel
 
 MATH_MODES = ("vector", "libm")
 
@@ -300,6 +300,7 @@ def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters
     expand's source, so a broadcast that only feeds loops is never materialised; a scatter loop reads
     a gather's source, so the gather is not materialised either)."""
     needed: set[Value] = {v for v in graph.outputs if v is not None}
+    known = {v.name for v in graph.placeholders} | {o.name for n in graph.nodes for o in n.outputs}
     for n in reversed(graph.nodes):
         if n in scatter_plans:
             if n.outputs[0] in needed:
@@ -307,7 +308,7 @@ def _needed_values(graph: Graph, group_of: dict, fused_reduction: dict, scatters
         elif n in group_of:
             grp = group_of[n]
             for v in grp.inputs:
-                gathered = gather_read(v, grp.shape)
+                gathered = gather_read(v, grp.shape, known)
                 needed.update([gathered.source] + [p for p in gathered.index if isinstance(p, Value)]
                               if gathered is not None else [_broadcast_source(v)])
         elif n in fused_reduction:
@@ -327,7 +328,7 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
     vector functions' range), then what its reductions still need: a mean's division, the dtype, the shape."""
     args, checks = [], []
     for v in grp.inputs:
-        gathered = gather_read(v, grp.shape)
+        gathered = gather_read(v, grp.shape, names)
         if gathered is not None:   # the source and the index arrays; the indices checked first
             read = gathered.params(names, _kernel_name)
             for _, arg, constant in read:
@@ -422,7 +423,8 @@ class _BlockPlan:
 def _block_plan(graph: Graph, groups, group_of: dict, fused_reduction: dict, scatters: dict,
                 needed: set) -> _BlockPlan | None:
     """A plan when every step is elementwise over one 1-D shape (or a full reduction of it)."""
-    if scatters or not groups or any(gather_read(v, g.shape) for g in groups for v in g.inputs):
+    known = {v.name for v in graph.placeholders} | {o.name for n in graph.nodes for o in n.outputs}
+    if scatters or not groups or any(gather_read(v, g.shape, known) for g in groups for v in g.inputs):
         return None   # (a block of a gather's source is not the rows its index names)
     shape = groups[0].shape
     if len(shape) != 1 or shape[0] < 2 * BLOCK_ELEMENTS:
@@ -672,7 +674,7 @@ class _LoopKernel:
         self.local: dict[str, str] = {}
         self.reads: list[tuple[str, str]] = []
         for v in grp.inputs:
-            gathered = gather_read(v, grp.shape)
+            gathered = gather_read(v, grp.shape, names)
             if gathered is not None:   # read through the gather's index (codegen/scatter.py)
                 params = [param for param, _, _ in gathered.params(names, _kernel_name)]
                 self.params += [p for p in params if p not in self.params]

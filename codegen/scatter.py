@@ -362,9 +362,11 @@ class GatherRead:
         return lines
 
 
-def gather_read(v: Value, shape: tuple) -> GatherRead | None:
+def gather_read(v: Value, shape: tuple, known) -> GatherRead | None:
     """How a loop over ``shape`` reads ``v`` through a gather's index, or None (``v`` is not a gather
-    the loops take: then it is an array, as any input)."""
+    the loops take: then it is an array, as any input).  ``known``: the names of the values of the
+    graph being emitted; a gather whose source or index lives only in another graph (a value the
+    forward saved for the backward) is read as the array it is."""
     g = v.producer
     if g is None or len(g.outputs) != 1 or not op_facts.has(g.op, "gather") or g.op not in GATHER_ARGS or \
             tuple(v.shape) != tuple(shape) or not shape:
@@ -374,6 +376,8 @@ def gather_read(v: Value, shape: tuple) -> GatherRead | None:
         return None
     index = integer_index(ref, len(source.shape))
     if index is None or any(isinstance(p, Value) and p.shape == () for p in index):
+        return None
+    if any(isinstance(p, Value) and p.name not in known for p in [source, *index]):
         return None
     return GatherRead(v, source, index)
 
