@@ -506,3 +506,24 @@ def test_fork_waits_for_the_running_build_and_the_child_builds_its_own():
     child.join(60)
     assert child.exitcode == 0
     assert vg.compiled.wait(120) and vg(np.ones(3))[0] == 9.0
+
+
+def test_an_unusable_cached_kernel_entry_is_never_trusted_and_is_built_again(tmp_path):
+    """A build-cache entry whose Numba part cannot be decoded (well-formed, checksum right) leaves the
+    process on the numpy tier with a warning, is removed, and the next process builds it again."""
+    from symgrad.compiler import build_cache
+    from symgrad.rules import diskcache
+
+    (cold,) = _disk_runs(tmp_path, ["plain"])
+    (entry,) = (tmp_path / "cache").glob(f"{build_cache.BUILD_PREFIX}*.json")
+    payload = diskcache.read_json(entry)
+    payload["emitted"]["joint"]["class"] = ["codegen.numba_emit", "NoSuchEmitter"]
+    diskcache.write_json(entry, payload)
+    (broken,) = _disk_runs(tmp_path, ["plain"])
+    assert not broken["numba_first"] and broken["background"]
+    assert not broken["ready"] and not broken["numba_after"]                    # stays on numpy code
+    assert broken["value"] == cold["value"] and broken["value2"] == cold["value"]
+    assert not entry.exists()
+    (again,) = _disk_runs(tmp_path, ["plain"])
+    assert not again["numba_first"] and again["background"] and again["ready"] and again["numba_after"]
+    assert diskcache.read_json(entry) is not None

@@ -276,12 +276,13 @@ def load_build(key: str | None, defer=None) -> dict | None:
     directory = _directory() if key else None
     if directory is None:
         return None
-    payload = diskcache.read_json(directory / f"{BUILD_PREFIX}{key[:40]}.json")
+    path = directory / f"{BUILD_PREFIX}{key[:40]}.json"
+    payload = diskcache.read_json(path)
     if payload is None or payload.get("key") != key:
         return None
     try:
         later = set(defer(set(payload["emitted"]))) if defer is not None else set()
-        emitted = {name: functools.partial(_decode_later, d) if name in later else decode_emitted(d)
+        emitted = {name: functools.partial(_decode_later, d, path) if name in later else decode_emitted(d)
                    for name, d in payload["emitted"].items()}
     except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
         log.info("symgrad: ignoring unusable cache entry (%s)", exc)
@@ -289,11 +290,14 @@ def load_build(key: str | None, defer=None) -> dict | None:
     return {"emitted": emitted, "meta": payload["meta"]}
 
 
-def _decode_later(d: dict) -> Any:
+def _decode_later(d: dict, path: Path) -> Any:
+    """Decode a deferred entry; an unusable one is removed, so the next process builds it again."""
     try:
         return decode_emitted(d)
     except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
-        raise ValueError(f"unusable build-cache entry ({type(exc).__name__}: {exc})") from exc
+        log.info("symgrad: removing unusable cache entry %s (%s)", path.name, exc)
+        path.unlink(missing_ok=True)
+        raise ValueError(f"unusable build-cache entry {path.name} ({type(exc).__name__}: {exc})") from exc
 
 
 def store_build(key: str | None, emitted: dict, meta: dict) -> bool:
