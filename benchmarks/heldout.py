@@ -25,6 +25,7 @@ jax namespace :func:`jax_namespace`), float64:
 For the cold first-gradient measurement (``--parts cold``, each tool in a fresh process with empty
 caches; :func:`benchmarks.latency.cold_first_gradients`) there are also **logreg** (a logistic
 regression, X[2000,50]) and the MLP W3 of :mod:`benchmarks.workloads`; :data:`COLD_WORKLOADS` names them.
+symgrad runs there as a user's process runs it, tiered (the steady-state table builds the kernels first).
 
 :func:`make_heldout` builds the workloads at other sizes (``small=True``: the sizes of the tests).
 Timing follows :mod:`benchmarks.suite`: every implementation is checked against the numpy reference

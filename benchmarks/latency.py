@@ -481,7 +481,9 @@ def cold_first_gradients(tools: list[str], workloads: list[str], repeats: int, l
             for _ in range(repeats):
                 cache = tempfile.mkdtemp(prefix="symgrad-bench-")
                 try:
-                    r = run_child(["--child", tool, "--cold-workload", workload], cache, timeout)
+                    # symgrad as a user's process runs it (benchmarks/__init__.py turns tiering off)
+                    r = run_child(["--child", tool, "--cold-workload", workload], cache, timeout,
+                                  {"SYMGRAD_TIERED": "1"})
                 finally:
                     shutil.rmtree(cache, ignore_errors=True)
                 if "error" in r:

@@ -458,3 +458,59 @@ def test_lazy_formula_error_names_the_entry_on_first_use():
         rules["foo"].formulas["self"].expr
     with pytest.raises(table.RuleTableError, match=r"line 1 \(foo\).*cannot parse formula"):  # syntax: at load
         table.parse_rules("- name: foo(Tensor self) -> Tensor\n  self: grad * (self +\n", lazy=True)
+
+
+# --- formulas read without sympy's tokenizer ------------------------------------------------
+
+def _sympy_locals(names: set[str]) -> dict:
+    local = dict(table.SYMPY_FUNCTIONS)
+    local.update({n: sympy.Symbol(n) for n in names})
+    for fn in table.vocab.FORMULA_FUNCTIONS | {key.split(".")[0] for key in RULES}:
+        local.setdefault(fn, sympy.Function(fn))
+    local.update({fn: sympy.Function(fn) for fn in table.METADATA_FUNCS})
+    return local
+
+
+def _shipped_texts():
+    for key, rule in table.load_rules().items():
+        names = {a.name for a in rule.schema.args}
+        scope = names | {"grad", "grads", "result"} | {f"result{i}" for i in range(rule.schema.num_outputs)}
+        for f in rule.formulas.values():
+            yield key, f.text, scope
+        if rule.elementwise_text is not None:
+            yield key, rule.elementwise_text, names
+
+
+@pytest.mark.parametrize("key,text,names", list(_shipped_texts()))
+def test_plain_formula_reading_matches_sympy_parser(key, text, names):
+    """Every formula of the table read from Python's syntax tree is exactly what sympy's parser builds."""
+    local = _sympy_locals(names)
+    fast = table._evaluate_plain(text, local)
+    want = sympy.parse_expr(text, local_dict=local, evaluate=True)
+    if fast is not table._NOT_PLAIN:
+        assert sympy.srepr(fast) == sympy.srepr(want), key
+    assert sympy.srepr(table._parse_expr(text, names, frozenset(k.split(".")[0] for k in RULES))) == sympy.srepr(want)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1/2 * x", sympy.Rational(1, 2) * sympy.Symbol("x")),        # a rational, not the float 0.5
+    ("0.1 * x", sympy.Float("0.1") * sympy.Symbol("x")),          # the literal's own digits
+    ("x * 1e-3", sympy.Float("1e-3") * sympy.Symbol("x")),
+    ("-2 ** x", -(sympy.Integer(2) ** sympy.Symbol("x"))),
+    ("Piecewise((x, x > 0), (0, True))", sympy.Piecewise((sympy.Symbol("x"), sympy.Symbol("x") > 0), (0, True))),
+])
+def test_plain_formula_literals_and_operators(text, expected):
+    local = _sympy_locals({"x"})
+    got = table._evaluate_plain(text, local)
+    assert sympy.srepr(got) == sympy.srepr(expected)
+    assert sympy.srepr(got) == sympy.srepr(sympy.parse_expr(text, local_dict=local, evaluate=True))
+
+
+@pytest.mark.parametrize("text", [
+    "x * bogus",            # a name the scope lacks: sympy's parser makes the symbol, the check names it
+    "frobnicate(x)",        # likewise an unknown function
+    "x ^ 2", "0 < x < 1", "x if x else 1", "x[0]", "x.y", "2j * x", "(x > 0) & (x < 1)", "lambda: x",
+    "1_000 * x", "exp(*x)", "x +",
+])
+def test_other_syntax_is_left_to_sympy(text):
+    assert table._evaluate_plain(text, _sympy_locals({"x"})) is table._NOT_PLAIN

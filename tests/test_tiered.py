@@ -332,36 +332,61 @@ def test_argument_copies_keep_layout_and_values():
 DISK_SCRIPT = """
 import json, sys
 import numpy as np
+if sys.argv[1] == "numba":
+    import numba  # noqa: F401 - a process that has Numba loaded already
 import symgrad
 
 def loss(x):
     return (x * x * 3.0 - x).sum()
 
 vg = symgrad.value_and_grad(loss)
-v, g = vg(np.linspace(-2.0, 3.0, 301))
+x = np.linspace(-2.0, 3.0, 301)
+v, g = vg(x)
 (k,) = vg.compiled._kernels.values()
+first = {"numba_first": hasattr(k.joint_fn, "kernels"), "background": k.background is not None}
+ready = vg.compiled.wait(120)
+v2, g2 = vg(x)
 s = vg.compiled.stats()
-print(json.dumps({"numba_first": hasattr(k.joint_fn, "kernels"), "background": k.background is not None,
-                  "compiles": s["kernel_compiles"], "loads": s["kernel_cache_loads"], "value": v}))
+print(json.dumps({**first, "ready": ready, "numba_after": hasattr(k.joint_fn, "kernels"),
+                  "compiles": s["kernel_compiles"], "loads": s["kernel_cache_loads"], "value": v, "value2": v2,
+                  "grad": g.tolist(), "grad2": g2.tolist()}))
 """
 
 
-def test_kernels_in_the_disk_cache_run_from_the_first_call(tmp_path):
-    """The first process runs numpy code and exits without waiting: the interpreter finishes the build
-    at exit, so the second process loads the kernels at its first call (no numpy tier)."""
+def _disk_runs(tmp_path, modes):
     env = dict(os.environ, SYMGRAD_CACHE_DIR=str(tmp_path / "cache"), SYMGRAD_TIERED="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     runs = []
-    for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", DISK_SCRIPT], env=env, capture_output=True, text=True,
+    for mode in modes:
+        r = subprocess.run([sys.executable, "-c", DISK_SCRIPT, mode], env=env, capture_output=True, text=True,
                            timeout=300, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    return runs
+
+
+def test_kernels_in_the_disk_cache_run_from_the_first_call_once_numba_is_loaded(tmp_path):
+    """The first process runs numpy code and exits without waiting: the interpreter finishes the build
+    at exit, so a second process that has Numba loaded runs the cached kernels at its first call."""
+    cold, warm = _disk_runs(tmp_path, ["plain", "numba"])
     assert not cold["numba_first"] and cold["background"]
     assert warm["numba_first"] and not warm["background"]
     assert warm["compiles"] == 0 and warm["loads"] >= 1
     assert_tiers_agree(warm["value"], cold["value"])
+
+
+def test_cached_kernels_load_in_the_background_of_a_process_without_numba(tmp_path):
+    """A new process that has not imported Numba starts on the cached numpy tier (importing Numba and
+    loading the kernels takes longer) and then runs the cached kernels, compiling nothing."""
+    cold, warm = _disk_runs(tmp_path, ["plain", "plain"])
+    assert not cold["numba_first"] and cold["background"] and cold["ready"]
+    assert not warm["numba_first"] and warm["background"]
+    assert warm["ready"] and warm["numba_after"]
+    assert warm["compiles"] == 0 and warm["loads"] >= 1
+    assert warm["value"] == cold["value"] and warm["grad"] == cold["grad"]    # the same numpy code
+    assert_tiers_agree(warm["value2"], warm["value"])
+    assert_tiers_agree(warm["grad2"], warm["grad"])
+    assert_tiers_agree(warm["value2"], cold["value2"])
 
 
 def test_wait_times_out_while_the_build_is_held(gate):
@@ -481,3 +506,24 @@ def test_fork_waits_for_the_running_build_and_the_child_builds_its_own():
     child.join(60)
     assert child.exitcode == 0
     assert vg.compiled.wait(120) and vg(np.ones(3))[0] == 9.0
+
+
+def test_an_unusable_cached_kernel_entry_is_never_trusted_and_is_built_again(tmp_path):
+    """A build-cache entry whose Numba part cannot be decoded (well-formed, checksum right) leaves the
+    process on the numpy tier with a warning, is removed, and the next process builds it again."""
+    from symgrad.compiler import build_cache
+    from symgrad.rules import diskcache
+
+    (cold,) = _disk_runs(tmp_path, ["plain"])
+    (entry,) = (tmp_path / "cache").glob(f"{build_cache.BUILD_PREFIX}*.json")
+    payload = diskcache.read_json(entry)
+    payload["emitted"]["joint"]["class"] = ["codegen.numba_emit", "NoSuchEmitter"]
+    diskcache.write_json(entry, payload)
+    (broken,) = _disk_runs(tmp_path, ["plain"])
+    assert not broken["numba_first"] and broken["background"]
+    assert not broken["ready"] and not broken["numba_after"]                    # stays on numpy code
+    assert broken["value"] == cold["value"] and broken["value2"] == cold["value"]
+    assert not entry.exists()
+    (again,) = _disk_runs(tmp_path, ["plain"])
+    assert not again["numba_first"] and again["background"] and again["ready"] and again["numba_after"]
+    assert diskcache.read_json(entry) is not None

@@ -267,20 +267,37 @@ def _directory() -> Path | None:
     return diskcache.cache_dir()
 
 
-def load_build(key: str | None) -> dict | None:
-    """``{"emitted": {name: emitted object}, "meta": {...}}`` stored under ``key``, or None."""
+def load_build(key: str | None, defer=None) -> dict | None:
+    """``{"emitted": {name: emitted object}, "meta": {...}}`` stored under ``key``, or None.
+
+    ``defer(names)`` may name entries not to decode now (decoding Numba code imports Numba): those
+    come as functions of no arguments that decode them (raising ``ValueError`` if unusable).
+    """
     directory = _directory() if key else None
     if directory is None:
         return None
-    payload = diskcache.read_json(directory / f"{BUILD_PREFIX}{key[:40]}.json")
+    path = directory / f"{BUILD_PREFIX}{key[:40]}.json"
+    payload = diskcache.read_json(path)
     if payload is None or payload.get("key") != key:
         return None
     try:
-        emitted = {name: decode_emitted(d) for name, d in payload["emitted"].items()}
+        later = set(defer(set(payload["emitted"]))) if defer is not None else set()
+        emitted = {name: functools.partial(_decode_later, d, path) if name in later else decode_emitted(d)
+                   for name, d in payload["emitted"].items()}
     except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
         log.info("symgrad: ignoring unusable cache entry (%s)", exc)
         return None
     return {"emitted": emitted, "meta": payload["meta"]}
+
+
+def _decode_later(d: dict, path: Path) -> Any:
+    """Decode a deferred entry; an unusable one is removed, so the next process builds it again."""
+    try:
+        return decode_emitted(d)
+    except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
+        log.info("symgrad: removing unusable cache entry %s (%s)", path.name, exc)
+        path.unlink(missing_ok=True)
+        raise ValueError(f"unusable build-cache entry {path.name} ({type(exc).__name__}: {exc})") from exc
 
 
 def store_build(key: str | None, emitted: dict, meta: dict) -> bool:

@@ -108,13 +108,23 @@ def _emit(graph: Graph, name: str, options: CompileOptions, keep: dict | None = 
     return e.compile(), e.source
 
 
+# Build-cache entries of tiered builds keep the numpy tier's code too, under this prefix: a new
+# process that has not imported Numba yet runs it while the cached kernels load in the background.
+NUMPY_TIER = "numpy_tier:"
+
+
 def _emit_tier(graph: Graph, name: str, options: CompileOptions, keep: dict | None, later: dict | None):
     """:func:`_emit`; or, when ``later`` is a dict (tiered execution), the numpy code of ``graph``
-    now, with the graph put in ``later`` for the background build of its Numba code."""
+    now, with the graph put in ``later`` for the background build of its Numba code (and the numpy
+    code in ``keep`` as ``NUMPY_TIER + name``)."""
     if later is None or options.backend != "numba" or _half(graph):
         return _emit(graph, name, options, keep)
     later[name] = graph
-    return _emit(graph, name, options.replace(backend="numpy"))
+    numpy_keep: dict | None = None if keep is None else {}
+    fn_source = _emit(graph, name, options.replace(backend="numpy"), numpy_keep)
+    if keep is not None:
+        keep[NUMPY_TIER + name] = numpy_keep[name]
+    return fn_source
 
 
 def _compile_emitted(e, options: CompileOptions):
@@ -327,7 +337,7 @@ class CompiledFunction:
                                     options={k: v for k, v in options.items()
                                              if k not in ("cache", "strict", "tiered")}) \
             if options.cache else None
-        kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings)
+        kernels = self._from_build_cache(key, graph, wrt, joint_kernel, timings, args)
         keep: dict | None = {} if key is not None and kernels is None else None
         # tiered (and not in the build cache, so its kernels were never compiled here): numpy code now,
         # the Numba kernels of the graphs collected in ``later`` in a background thread
@@ -379,16 +389,22 @@ class CompiledFunction:
             self._stats[k] += v
         return kernels
 
-    def _tier_up(self, kernels: Kernels, graphs: dict, args: tuple, store: Callable | None) -> None:
+    def _tier_up(self, kernels: Kernels, graphs: dict, args: tuple, store: Callable | None,
+                 emit: Callable | None = None, finish_at_exit: bool | None = None) -> None:
         """Queue the build of the Numba code of ``graphs`` (:mod:`symgrad.compiler.tiers`); ``kernels``
-        run their numpy code until it is done."""
+        run their numpy code until it is done.  ``emit(graph, name, keep)`` makes one Numba function
+        (default: generate it from the graph); ``finish_at_exit`` (default: the ``cache`` option) makes
+        the interpreter wait for the build at exit."""
         options = self.compile_options
         if kernels.forward is not None:
             kernels.forward.paired_backward = kernels.backward
         arrays = [a._data if isinstance(a, Tensor) else a for a in args if isinstance(a, (Tensor, np.ndarray))]
+        if emit is None:
+            def emit(g, name, keep):
+                return _emit(g, name, options, keep)
         build = kernels.background = tiers.BackgroundBuild(
-            getattr(self.fn, "__qualname__", repr(self.fn)), kernels, graphs,
-            lambda g, name, keep: _emit(g, name, options, keep), tiers.argument_copies(arrays), options.cache, store)
+            getattr(self.fn, "__qualname__", repr(self.fn)), kernels, graphs, emit, tiers.argument_copies(arrays),
+            options.cache if finish_at_exit is None else finish_at_exit, store)
         self._background.append(build)
         tiers.submit(build)
 
@@ -411,13 +427,33 @@ class CompiledFunction:
         return all(b.state == "ready" for b in self._background)
 
     def _from_build_cache(self, key: str | None, graph: Graph, wrt: Sequence[int], joint_kernel: bool,
-                          timings: dict) -> Kernels | None:
-        """The kernels of an earlier, identical build (same graph, options and symgrad), or None."""
+                          timings: dict, args: tuple = ()) -> Kernels | None:
+        """The kernels of an earlier, identical build (same graph, options and symgrad), or None.
+
+        Under ``tiered`` in a process that has not imported Numba yet, an entry that has the numpy
+        tier's code runs it and loads the kernels in the background: importing Numba and loading
+        them takes longer than the numpy code's first call.  Otherwise the kernels run from the start.
+        """
         t0 = time.perf_counter()
-        found = build_cache.load_build(key)
+        load_later = False
+
+        def defer(names: set[str]) -> set[str]:
+            """The entries not to decode now: the kernels, when they load in the background, else
+            the numpy tier's code."""
+            nonlocal load_later
+            tier = {n for n in names if n.startswith(NUMPY_TIER)}
+            kernels = names - tier
+            load_later = (self.compile_options.tiered and "numba" not in sys.modules and bool(tier)
+                          and {n[len(NUMPY_TIER):] for n in tier} == kernels)
+            return kernels if load_later else tier
+
+        found = build_cache.load_build(key, defer)
         if found is None:
             return None
-        fns = {name: _compile_emitted(e, self.compile_options) for name, e in found["emitted"].items()}
+        compiled = {name: e for name, e in found["emitted"].items() if not name.startswith(NUMPY_TIER)}
+        first = {name[len(NUMPY_TIER):]: e for name, e in found["emitted"].items() if name.startswith(NUMPY_TIER)} \
+            if load_later else compiled
+        fns = {name: _compile_emitted(e, self.compile_options) for name, e in first.items()}
         none = (None, "")
         n_out = len(graph.outputs)
         k = CachedKernels(graph, None, None, fns.get("forward", none)[0], fns.get("backward", none)[0],
@@ -430,6 +466,11 @@ class CompiledFunction:
             if out0 is not None and out0.shape == () and out0.dtype.is_floating_point:
                 k.unit_tangent = np.ones((), out0.dtype.np)
             k.grad_outputs = _depending_outputs(graph, wrt)
+        if load_later:
+            options = self.compile_options
+            # loading cached kernels leaves nothing for the next process: no need to finish at exit
+            self._tier_up(k, dict.fromkeys(compiled), args, None, finish_at_exit=False,
+                          emit=lambda _graph, name, _keep: _compile_emitted(compiled[name](), options))
         timings["codegen_s"] = time.perf_counter() - t0
         self._stats["build_cache_loads"] += 1
         return k

@@ -11,7 +11,8 @@ the same graph (:mod:`codegen.emit`, one numpy statement per IR node) runs at on
    the time is in LLVM, which releases the GIL), and then replaces the functions of the
    :class:`~symgrad.compiler.compile.Kernels`: later calls run the kernels.  The generated code goes
    to the build cache only then, so a build found there has had its kernels compiled (and cached on
-   disk by Numba): a new process loads them at its first call, without a numpy tier.
+   disk by Numba): a new process loads them at its first call, without a numpy tier, or, when it has
+   not imported Numba yet, runs the numpy code kept with them while a background build loads them.
 
 Both tiers compute the same graphs in float64 or float32 as traced; they differ only by rounding
 (vector elementary functions within 1.5 ulp, reassociated sums): docs/compiling.md states the

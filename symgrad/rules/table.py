@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +241,66 @@ def _parse_expr(text: str, names: set[str], functions=frozenset()) -> sympy.Expr
         local.setdefault(fn, sympy.Function(fn))
     for fn in METADATA_FUNCS:
         local[fn] = sympy.Function(fn)
-    return sympy.parse_expr(str(text), local_dict=local, evaluate=True)
+    text = str(text)
+    expr = _evaluate_plain(text, local)
+    if expr is not _NOT_PLAIN:
+        return expr
+    return sympy.parse_expr(text, local_dict=local, evaluate=True)
+
+
+_NOT_PLAIN = object()
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_COMPARE = {ast.Gt: operator.gt, ast.Lt: operator.lt, ast.GtE: operator.ge, ast.LtE: operator.le}
+
+
+class _NotPlain(Exception):
+    """The formula uses syntax outside :func:`_evaluate_plain`'s subset."""
+
+
+def _evaluate_plain(text: str, local: dict) -> Any:
+    """The value ``sympy.parse_expr(text, local_dict=local, evaluate=True)`` has, computed from
+    the Python syntax tree without sympy's tokenizer (several times faster), or ``_NOT_PLAIN``.
+
+    The subset is arithmetic, single comparisons, tuples, calls and names of ``local``, and
+    decimal literals (made ``Integer``/``Float`` from their text, as sympy's parser does).  Any
+    other syntax, or a name ``local`` lacks, is left to sympy's parser, so unknown names and
+    malformed formulas get its behaviour and errors.
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return _NOT_PLAIN
+
+    def value(node):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](value(node.left), value(node.right))
+        if kind is ast.UnaryOp and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](value(node.operand))
+        if kind is ast.Name and node.id in local:
+            return local[node.id]
+        if kind is ast.Constant:
+            if type(node.value) is bool:
+                return node.value
+            literal = ast.get_source_segment(text.strip(), node)
+            if literal is None or not literal.replace(".", "").replace("e", "").replace("-", "").isdigit():
+                raise _NotPlain
+            return sympy.Integer(literal) if type(node.value) is int else sympy.Float(literal)
+        if kind is ast.Call and type(node.func) is ast.Name and node.func.id in local and not node.keywords \
+                and not any(type(a) is ast.Starred for a in node.args):
+            return local[node.func.id](*(value(a) for a in node.args))
+        if kind is ast.Tuple:
+            return tuple(value(e) for e in node.elts)
+        if kind is ast.Compare and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            return _COMPARE[type(node.ops[0])](value(node.left), value(node.comparators[0]))
+        raise _NotPlain
+
+    try:
+        return value(tree.body)
+    except _NotPlain:
+        return _NOT_PLAIN
 
 
 def _metadata_to_symbols(expr: sympy.Expr, where: str) -> sympy.Expr:
@@ -300,18 +360,25 @@ def _formula_params(text: str, scope: set[str]) -> tuple[str, ...] | None:
     except SyntaxError:
         return None
     found: set[str] = set()
-    meta_args: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in METADATA_FUNCS:
-            if len(node.args) != 1 or not isinstance(node.args[0], ast.Name):
-                return None
-            found.add(f"{node.args[0].id}__{node.func.id}")
-            meta_args.add(id(node.args[0]))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            meta_args.add(id(node.func))  # a called name is a function, not a value
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and id(node) not in meta_args and node.id in scope:
-            found.add(node.id)
+    stack = [tree.body]
+    while stack:   # one pass over the tree (this runs for every formula of the table at load)
+        node = stack.pop()
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id in scope:
+                found.add(node.id)
+            continue
+        if kind is ast.Call and type(node.func) is ast.Name:
+            if node.func.id in METADATA_FUNCS:
+                if len(node.args) != 1 or type(node.args[0]) is not ast.Name or node.keywords:
+                    return None
+                found.add(f"{node.args[0].id}__{node.func.id}")
+                continue
+            # a called name is a function, not a value
+            stack.extend(node.args)
+            stack.extend(k.value for k in node.keywords)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
     return tuple(sorted(found, key=lambda n: (n != "grad", n)))
 
 
