@@ -16,6 +16,7 @@ and review the diff of ``tests/golden/`` like code (a changed listing is a chang
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 from pathlib import Path
@@ -232,6 +233,41 @@ def test_simplify_folds_nodes_without_graph_inputs():
 
 
 # --------------------------------------------------------------------------- simplify passes
+
+def test_products_used_transposed_are_taken_with_transposed_operands():
+    """``(a @ b)^T`` reaching a reshape becomes ``b^T @ a^T`` (no transposing copy), same values; a
+    transposed product that only products read stays as it is."""
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(8)
+    X, Wq, Wk = r.standard_normal((3, 5, 4)), r.standard_normal((4, 4)), r.standard_normal((4, 4))
+
+    def f(T, X, Wq, Wk):
+        Q, K = X @ Wq, X @ Wk
+        return (T.tanh(Q @ K.mT) ** 2).sum()
+
+    def reshaped_transposes(graph):
+        return [n for n in graph.nodes if n.op == "view" and getattr(n.args[0].producer, "op", None) == "transpose.int"]
+
+    g = symgrad.trace(lambda *a: f(symgrad, *a), X, Wq, Wk)
+    joint = autodiff(g, [1, 2])
+    assert reshaped_transposes(autodiff(g, [1, 2], simplify=False))   # the gradient of K, before simplify
+    assert not reshaped_transposes(joint)
+    ts = [torch.tensor(a, requires_grad=i > 0) for i, a in enumerate((X, Wq, Wk))]
+    want = f(torch, *ts)
+    want.backward()
+    got = interpret(joint, X, Wq, Wk, np.array(1.0))
+    np.testing.assert_allclose(got[0], want.item(), rtol=1e-13)
+    for value, t in zip(got[1:], ts[1:]):
+        np.testing.assert_allclose(value, t.grad.numpy(), rtol=1e-12, atol=1e-13)
+    value, grads = symgrad.value_and_grad(lambda *a: f(symgrad, *a), argnums=(1, 2))(X, Wq, Wk)
+    for value, t in zip(grads, ts[1:]):
+        np.testing.assert_allclose(value, t.grad.numpy(), rtol=1e-12, atol=1e-13)
+    # 2-D: no reshape of a transposed product, nothing to change
+    g2 = symgrad.trace(lambda *a: f(symgrad, *a), X[0], Wq, Wk)
+    passes = importlib.import_module("symgrad.ir.simplify")
+    without = dce(cse(passes.peephole(fold_constants(autodiff(g2, [1, 2], simplify=False)))))
+    assert str(autodiff(g2, [1, 2])) == str(without)
+
 
 def test_cse_merges_duplicate_nodes():
     x0 = np.linspace(-1.0, 1.0, 5)

@@ -320,6 +320,66 @@ def test_logsumexp_decomposition_matches_the_op(dim, keepdim):
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-13)
 
 
+SOFTMAX_INPUTS = {
+    "3-d": np.random.default_rng(21).standard_normal((2, 3, 5)) * 4.0,
+    "large and -inf": np.array([[[700.0, 699.0, -np.inf], [1.0, -np.inf, 2.0]],
+                                [[-3.0, 0.5, 0.25], [-800.0, -799.5, -801.0]]]),
+}
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+@pytest.mark.parametrize("case", sorted(SOFTMAX_INPUTS))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_softmax_decomposition_matches_torch(case, dim, dtype):
+    torch = pytest.importorskip("torch")
+    x = SOFTMAX_INPUTS[case].astype(dtype)
+    g = symgrad.trace(lambda t: symgrad.softmax(t, dim=dim), x)
+    assert "_softmax" not in [n.op for n in g.nodes]
+    weights = np.linspace(-1.0, 2.0, x.size).reshape(x.shape).astype(dtype)
+
+    def loss(T, t):
+        return (T.softmax(t, dim=dim) ** 2 * T.tensor(weights)).sum()
+
+    xt = torch.tensor(x, requires_grad=True)
+    want = loss(torch, xt)
+    want.backward()
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(interpret(g, x)[0], torch.softmax(torch.tensor(x), dim=dim).numpy(), rtol=rtol,
+                               atol=1e-300 if dtype == "float64" else 1e-38)
+    value, grad = symgrad.value_and_grad(lambda t: loss(symgrad, t))(x)
+    assert grad.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(value, want.item(), rtol=rtol)
+    np.testing.assert_allclose(grad, xt.grad.numpy(), rtol=rtol, atol=1e-6 if dtype == "float32" else 1e-13)
+
+
+def test_softmax_decomposition_gives_nan_for_a_row_of_minus_inf_as_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([[-np.inf, -np.inf], [0.0, 1.0], [np.inf, 0.0]])
+    got = symgrad.compile(lambda t: symgrad.softmax(t, dim=1))(symgrad.tensor(x)).numpy()
+    want = torch.softmax(torch.tensor(x), dim=1).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-15)
+
+
+def test_attention_gradients_match_torch():
+    """Scaled dot-product attention: softmax over the last dim of a batch of matrices, between matmuls."""
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(5)
+    X, Wq, Wk, Wv = r.standard_normal((3, 7, 4)), *(r.standard_normal((4, 4)) for _ in range(3))
+
+    def attention(T, X, Wq, Wk, Wv):
+        Q, K, V = X @ Wq, X @ Wk, X @ Wv
+        return T.sum((T.softmax(Q @ K.mT * 0.5, dim=-1) @ V) ** 2)
+
+    value, grads = symgrad.value_and_grad(lambda *a: attention(symgrad, *a), argnums=(1, 2, 3))(X, Wq, Wk, Wv)
+    ts = [torch.tensor(a, requires_grad=i > 0) for i, a in enumerate((X, Wq, Wk, Wv))]
+    want = attention(torch, *ts)
+    want.backward()
+    np.testing.assert_allclose(value, want.item(), rtol=1e-12)
+    for got, t in zip(grads, ts[1:]):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("folder", ["symgrad_demo", "numpy", "symgrad"])
 def test_trace_errors_name_a_user_file_in_a_folder_named_like_a_library(tmp_path, folder, monkeypatch):
     src = tmp_path / folder / "user_loss.py"

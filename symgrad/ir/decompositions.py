@@ -37,6 +37,17 @@ def _logsumexp(self, dim, keepdim=False):
     return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims))
 
 
+def _softmax(self, dim, half_to_float=False):
+    if self._data.size == 0 or self.ndim == 0:  # nothing to stabilise: record the op whole
+        return None
+    # the shift by the row's max cancels in the quotient, so its gradient is left out; a row of
+    # -inf (or one holding +inf) gives nan, as PyTorch's softmax does
+    # times the reciprocal (one division per row): the backward then sums grad * e over each row in the loop
+    # that scales grad, instead of a further pass dividing by the squared sum
+    e = F.exp(self - F.amax(self, dim, keepdim=True).detach())
+    return e * F.reciprocal(F.sum(e, dim, keepdim=True))
+
+
 # torch.nn.functional's losses: one node each eagerly (MseLossBackward0...), their elementwise parts
 # and reductions in a compiled graph
 def _addmm(self, mat1, mat2):
@@ -45,6 +56,7 @@ def _addmm(self, mat1, mat2):
 
 DECOMPOSITIONS: dict[str, Callable] = {
     "logsumexp": _logsumexp,
+    "_softmax": _softmax,
     "addmm": _addmm,
     "mse_loss": NNF._mse_loss_composite,
     "smooth_l1_loss": NNF._smooth_l1_loss_composite,

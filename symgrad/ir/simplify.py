@@ -132,8 +132,8 @@ def _same_type(a, v: Value) -> bool:
 def peephole(graph: Graph) -> Graph:
     """Remove nodes that return one of their inputs unchanged (exact identities only).
 
-    ``x**1``, ``x*1``, ``x+0``, ``where(True, a, b)`` with a known condition, and an ``expand`` to the
-    shape the value already has.  Formulas produce these when an argument is a known number
+    ``x**1``, ``x*1``, ``x+0``, ``where(True, a, b)`` with a known condition, and an ``expand`` or a
+    ``view`` to the shape the value already has.  Formulas produce these when an argument is a known number
     (pow's rule ``exponent * self**(exponent - 1)`` at exponent 2).
     """
     const = {n.output: n.data for n in graph.nodes if n.op == "constant"}
@@ -152,7 +152,8 @@ def peephole(graph: Graph) -> Graph:
         elif node.op == "where.self" and isinstance(args[0], Value) and args[0] in const \
                 and const[args[0]].size == 1:
             keep = args[1] if bool(const[args[0]].reshape(())) else args[2]
-        elif node.op == "expand" and isinstance(args[0], Value) and tuple(args[0].shape) == tuple(out.shape):
+        elif node.op in ("expand", "view", "_unsafe_view") and isinstance(args[0], Value) and \
+                tuple(args[0].shape) == tuple(out.shape):
             keep = args[0]
         if keep is not None and _same_type(keep, out) and not isinstance(keep, bool):
             rename[out] = keep
@@ -161,9 +162,57 @@ def peephole(graph: Graph) -> Graph:
     return graph
 
 
+def _swaps_last_two(node: Node) -> bool:
+    """Whether ``node`` transposes the last two dims of a matrix or a stack of matrices."""
+    if node.op == "t":
+        return len(node.output.shape) == 2
+    if node.op != "transpose.int" or len(node.output.shape) < 2:
+        return False
+    rank = len(node.output.shape)
+    return {node.args[1] % rank, node.args[2] % rank} == {rank - 2, rank - 1}
+
+
+_PRODUCTS = ("mm", "bmm")
+_RESHAPES = ("view", "_unsafe_view", "reshape")
+
+
+def transposed_products(graph: Graph) -> Graph:
+    """``(a @ b)^T`` as ``b^T @ a^T`` where the product is used only transposed.
+
+    The gradient of ``b`` in ``a @ b^T`` (attention's ``Q @ K^T``) is the transpose of a product:
+    the transposed view then reaches a reshape, which copies it element by element.  Elsewhere (a
+    product reads a transposed operand as it is) the graph stays as it is.  Multiplied the
+    other way round, the product comes out in the order it is read; BLAS takes the transposed operands
+    as they are.  The same products are summed (the order of a BLAS sum may differ by rounding).
+    """
+    users = graph.users()
+    outputs = {v for v in graph.outputs if v is not None}
+    nodes = []
+    for node in graph.nodes:
+        x = node.args[0] if node.args else None
+        prod = getattr(x, "producer", None)
+        # only where a reshape copies the transposed view (products and other views take it as it is)
+        if isinstance(x, Value) and _swaps_last_two(node) and prod is not None and prod.op in _PRODUCTS and \
+                users.get(x) == [node] and x not in outputs and all(isinstance(a, Value) for a in prod.args[:2]) \
+                and any(u.op in _RESHAPES for u in users.get(node.output, [])):
+            flipped = []
+            for operand in (prod.args[1], prod.args[0]):
+                shape = (*operand.shape[:-2], operand.shape[-1], operand.shape[-2])
+                op, args = ("t", (operand,)) if prod.op == "mm" else ("transpose.int", (operand, 1, 2))
+                t = Node(op, args, [])
+                t.outputs.append(Value(graph.fresh_name(op), operand.dtype, shape, t, 0))
+                nodes.append(t)
+                flipped.append(t.output)
+            node.op, node.args, node.meta = prod.op, tuple(flipped), dict(prod.meta)
+        nodes.append(node)
+    graph.nodes = nodes
+    return graph
+
+
 def simplify(graph: Graph) -> Graph:
-    """Constant folding, exact identities, CSE and DCE, in that order (each is safe for numerics)."""
-    return dce(cse(peephole(fold_constants(graph))))
+    """Constant folding, exact identities, CSE and DCE, in that order (each is safe for numerics), and
+    the transposed products of :func:`transposed_products`."""
+    return dce(transposed_products(dce(cse(peephole(fold_constants(graph))))))
 
 
 @dataclass
