@@ -802,6 +802,29 @@ GRAPHS = [
      [_normal(2, 3, 5, 4), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),
 ]
 
+# torch.einsum: the ops torch's implementation records (permutes, unsqueezes, bmm between views, mul, sum)
+EINSUMS = [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("i,j->ij", [(3,), (4,)]),
+    ("ij->", [(2, 3)]), ("ij->j", [(2, 3)]), ("ij->ji", [(2, 3)]), ("ijk->kji", [(2, 3, 4)]), ("ij->ij", [(2, 3)]),
+    ("bi,ij,bj->b", [(2, 3), (3, 4), (2, 4)]), ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 4)]),
+    ("i,i->", [(3,), (3,)]), ("i,i->i", [(3,), (3,)]), ("ij,ij->ij", [(2, 3), (2, 3)]), ("ij,ij->", [(2, 3), (2, 3)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij,j->i", [(2, 3), (3,)]), ("ij,kj->ik", [(2, 3), (4, 3)]),
+    ("ji,jk->ik", [(3, 2), (3, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("bij,jk->bik", [(2, 3, 4), (4, 5)]),
+    ("ijk,ik->j", [(2, 3, 4), (2, 4)]), ("ij,jk", [(2, 3), (3, 4)]), ("i,ij,j->", [(3,), (3, 4), (4,)]),
+    ("ij,k->ik", [(2, 3), (4,)]), ("ij,jk->", [(2, 3), (3, 4)]),
+]
+# repeated letters: the top node and its next_functions as torch; further down torch has DiagonalBackward0,
+# symgrad IndexBackward0 (its diagonal)
+EINSUM_DIAGONALS = [("ii->", [(3, 3)]), ("ii->i", [(3, 3)]), ("iij->j", [(3, 3, 2)]),
+                    ("bii,bi->b", [(2, 3, 3), (2, 3)])]
+
+
+def _einsum_case(equation, shapes):
+    return (f"einsum_{equation}", lambda F, L, *xs: L.einsum(equation, *xs), [_normal(*s) for s in shapes])
+
+
+GRAPHS += [_einsum_case(e, shapes) for e, shapes in EINSUMS]
+
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("case", GRAPHS, ids=[c[0] for c in GRAPHS])
@@ -813,6 +836,41 @@ def test_grad_fn_graphs_match_torch(case, dtype):
     got = call(SF, symgrad, *[symgrad.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
     want = call(TF, torch, *[torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
     assert _graph(got.grad_fn) == _graph(want.grad_fn)
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM_DIAGONALS, ids=[e for e, _ in EINSUM_DIAGONALS])
+def test_einsum_diagonal_top_nodes_match_torch(equation, shapes):
+    arrays = [np.random.default_rng(0).standard_normal(s) for s in shapes]
+    got = symgrad.einsum(equation, *[symgrad.tensor(a, requires_grad=True) for a in arrays])
+    want = torch.einsum(equation, *[torch.tensor(a, requires_grad=True) for a in arrays])
+    assert _graph(got.grad_fn, 1) == _graph(want.grad_fn, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("equation,shapes", EINSUMS + EINSUM_DIAGONALS + [
+    ("...i,...i->...", [(2, 1, 3), (4, 3)]), ("ij,jk->ik", [(0, 3), (3, 4)]), ("iii->i", [(3, 3, 3)]),
+    ("ab,bc,cd,de->ae", [(2, 3), (3, 4), (4, 5), (5, 2)]), ("i,j,k->ijk", [(2,), (3,), (4,)])],
+    ids=lambda v: v if isinstance(v, str) else None)
+def test_einsum_values_and_gradients_match_torch(equation, shapes, dtype):
+    r = np.random.default_rng(len(equation))
+    arrays = [r.standard_normal(s).astype(dtype) for s in shapes]
+    got_in = [symgrad.tensor(a, requires_grad=True) for a in arrays]
+    want_in = [torch.tensor(a, requires_grad=True) for a in arrays]
+    got, want = symgrad.einsum(equation, *got_in), torch.einsum(equation, *want_in)
+    tol = TOL[dtype]
+    assert tuple(got.shape) == tuple(want.shape) and _numpy(got).dtype == _numpy(want).dtype
+    np.testing.assert_allclose(_numpy(got), _numpy(want), **tol)
+    w = r.standard_normal(tuple(want.shape)).astype(dtype)
+    got_g = symgrad.autograd.grad((got * symgrad.tensor(w)).sum(), got_in, create_graph=True)
+    want_g = torch.autograd.grad((want * torch.tensor(w)).sum(), want_in, create_graph=True)
+    for g, t in zip(got_g, want_g):
+        np.testing.assert_allclose(_numpy(g), _numpy(t), **tol)
+    if len(shapes) > 1 and dtype is np.float64:   # einsum is multilinear: second derivatives across operands
+        got_h = symgrad.autograd.grad(_cotangent_loss(symgrad, list(got_g), 2), got_in, allow_unused=True)
+        want_h = torch.autograd.grad(_cotangent_loss(torch, list(want_g), 2), want_in, allow_unused=True)
+        for g, t, a in zip(got_h, want_h, arrays):
+            np.testing.assert_allclose(np.zeros(a.shape) if g is None else _numpy(g),
+                                       np.zeros(a.shape) if t is None else _numpy(t), **tol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
