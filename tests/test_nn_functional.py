@@ -266,6 +266,9 @@ SDPA_CPU_KERNEL = [
      [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3), _normal(4, 5)], [0, 1, 2], False),
     ("sdpa_cpu_kernel_key_only", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v),
      [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3)], [1], False),
+    ("sdpa_cpu_kernel_gqa_causal", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                      enable_gqa=True),
+     [_normal(2, 6, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3)], [0, 1, 2], False),
 ]
 CASES += SDPA_CPU_KERNEL
 
@@ -787,6 +790,8 @@ GRAPHS = [
      [_normal(2, 2, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3), _normal(2, 2, 4, 5)]),
     ("sdpa_cpu_kernel_gqa_equal_heads", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
      [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3)]),
+    ("sdpa_cpu_kernel_gqa", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     [_normal(1, 4, 3, 2), _normal(1, 2, 5, 2), _normal(1, 2, 5, 2)]),
     ("sdpa_cpu_kernel_transposed_query",
      lambda F, L, q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k, v),
      [_normal(2, 4, 3, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),

@@ -403,7 +403,8 @@ SAMPLES = {
         (U(r, 1, 2, 3, 4), U(r, 1, 2, 5, 4), U(r, 1, 2, 5, 4),
          np.where(np.arange(15).reshape(3, 5) % 4 == 1, -INF, 0.0) + np.array([[0.0], [-INF], [0.0]]) + U(r, 3, 5),
          False, 0.5),
-        (U(r, 1, 2, 4, 3), U(r, 1, 2, 6, 3), U(r, 1, 2, 6, 3), np.zeros(()), True, 0.7)],
+        (U(r, 1, 2, 4, 3), U(r, 1, 2, 6, 3), U(r, 1, 2, 6, 3), np.zeros(()), True, 0.7),
+        (U(r, 2, 4, 3, 2), U(r, 2, 2, 4, 2), U(r, 2, 2, 4, 2), np.zeros(()), False, 0.6)],   # grouped heads
 }
 
 
@@ -846,7 +847,7 @@ TORCH_EQUIVALENT = {
     "linalg_vector_norm.zero": lambda L, x, ord, dim, keepdim: L.linalg.vector_norm(x, ord, dim, keepdim),
     "_scaled_dot_product_flash_attention_for_cpu": lambda L, q, k, v, mask, causal, scale:
         L.nn.functional.scaled_dot_product_attention(q, k, v, None if mask.ndim == 0 else mask, is_causal=causal,
-                                                     scale=scale),
+                                                     scale=scale, enable_gqa=q.shape[1] != k.shape[1]),
     "add.Tensor": lambda L, a, b: L.add(a, b),
     "sub.Tensor": lambda L, a, b: L.sub(a, b),
     "rsub.Tensor": lambda L, a, b: L.rsub(a, b),

@@ -49,6 +49,7 @@ from ..ops.nn_ops import (
     nll_loss_op,
     pad_pairs,
     pool_geometry,
+    repeat_heads,
     sdpa_flash_op,
     window_count,
 )
@@ -1221,7 +1222,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     mask = None if attn_mask is None else _tensor(attn_mask, "attn_mask", op)
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if _takes_cpu_kernel(q, k, v, mask, dropout_p):
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] and q.shape[-3] % k.shape[-3]:
+        raise RuntimeError(f"{op}: with enable_gqa, the query heads ({q.shape[-3]}) must be a multiple of the "
+                           f"key/value heads ({k.shape[-3]})")
+    if _takes_cpu_kernel(q, k, v, mask, dropout_p, enable_gqa):
         if mask is None:
             additive = T.as_tensor(0.0).to(q.dtype)
         else:
@@ -1231,21 +1235,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             additive = additive.to(q.dtype)
         return sdpa_flash_op(q, k, v, additive, is_causal, factor)
     if enable_gqa and q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
-        if q.shape[-3] % k.shape[-3]:
-            raise RuntimeError(f"{op}: with enable_gqa, the query heads ({q.shape[-3]}) must be a multiple of the "
-                               f"key/value heads ({k.shape[-3]})")
         repeat = q.shape[-3] // k.shape[-3]
         k, v = T.repeat_interleave(k, repeat, -3), T.repeat_interleave(v, repeat, -3)
     return _attention_composite(q, k, v, mask, is_causal, factor, dropout_p)
 
 
-def _takes_cpu_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> bool:
+def _takes_cpu_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
+                      enable_gqa: bool = False) -> bool:
     """Whether PyTorch's CPU dispatch runs its fused attention kernel for these inputs: 4-d query, key and
-    value of one batch and head count (no broadcasting) and one head size, nonempty sequences, unit stride
-    in the last dim, no dropout, and a mask (if any) that needs no gradient and broadcasts to the scores."""
+    value of one batch and head count (no broadcasting; with ``enable_gqa`` key and value may have fewer
+    heads) and one head size, nonempty sequences, unit stride in the last dim, no dropout, and a mask (if
+    any) that needs no gradient and broadcasts to the scores."""
     if not (q.ndim == k.ndim == v.ndim == 4) or dropout_p > 0.0:
         return False
-    if not (q.shape[:2] == k.shape[:2] == v.shape[:2] and q.shape[-1] == k.shape[-1] == v.shape[-1]
+    heads_agree = q.shape[1] == k.shape[1] or (enable_gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
+    if not (heads_agree and q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1]
+            and q.shape[-1] == k.shape[-1] == v.shape[-1]
             and k.shape[-2] == v.shape[-2] and q.shape[-2] > 0 and k.shape[-2] > 0):
         return False
     if any(t._data.strides[-1] != t._data.itemsize and t.shape[-1] > 1 for t in (q, k, v)):
@@ -1285,4 +1290,4 @@ def _sdpa_flash_composite(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor, is
                           scale: float) -> Tensor:
     # the mask an additive constant made by scaled_dot_product_attention: a 0-d zero when there was none
     mask = None if attn_mask.ndim == 0 else attn_mask
-    return _attention_composite(q, k, v, mask, is_causal, scale)
+    return _attention_composite(q, repeat_heads(k, q), repeat_heads(v, q), mask, is_causal, scale)
