@@ -66,7 +66,8 @@ def test_shipped_facts_are_the_backends_former_lists():
                                                 "linalg_vector_norm", "linalg_vector_norm.inf",
                                                 "linalg_vector_norm.zero", "reflection_pad1d", "reflection_pad2d",
                                                 "reflection_pad3d", "replication_pad1d", "replication_pad2d",
-                                                "replication_pad3d", "_index_pad", "_index_pad_backward"}
+                                                "replication_pad3d", "_index_pad", "_index_pad_backward",
+                                                "_scaled_dot_product_flash_attention_for_cpu"}
     assert facts.ops_tagged("same_values") == {"detach", "view", "_unsafe_view", "expand", "clone"}
     assert facts.ops_tagged("broadcast") == {"expand"}
     assert facts.ops_tagged("recomputable") == {

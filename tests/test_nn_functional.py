@@ -246,6 +246,32 @@ CASES = [
      [_normal(1, 4, 3, 2), _normal(1, 2, 5, 2), _normal(1, 2, 5, 2)], [0, 1, 2], True),
 ]
 
+# scaled_dot_product_attention where torch's CPU kernel runs (ScaledDotProductFlashAttentionForCpuBackward0: 4-d,
+# one head size, no dropout, a mask without gradient); torch has no double backward for that kernel: the second
+# derivatives are compared with its math backend in test_sdpa_cpu_kernel_second_derivatives_match_torch_math
+SDPA_CPU_KERNEL = [
+    ("sdpa_cpu_kernel", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [_normal(2, 3, 4, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_causal", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [_normal(1, 2, 4, 3), _normal(1, 2, 6, 3), _normal(1, 2, 6, 3)], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_scale", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),
+     [_normal(2, 1, 5, 4), _normal(2, 1, 5, 4), _normal(2, 1, 5, 4)], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_bool_mask", lambda F, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     [_normal(2, 2, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3), _bool_mask(2, 1, 4, 5)], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_masked_row", lambda F, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     [_normal(1, 1, 3, 2), _normal(1, 1, 3, 2), _normal(1, 1, 3, 2),
+      _fixed([[False] * 3, [True, False, True], [True] * 3])], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_float_mask_scale",
+     lambda F, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.7),
+     [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3), _normal(4, 5)], [0, 1, 2], False),
+    ("sdpa_cpu_kernel_key_only", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3)], [1], False),
+    ("sdpa_cpu_kernel_gqa_causal", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                      enable_gqa=True),
+     [_normal(2, 6, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3)], [0, 1, 2], False),
+]
+CASES += SDPA_CPU_KERNEL
+
 
 def _lib(F):
     """The library whose torch.nn.functional ``F`` is (for calls outside it: torch.norm, Tensor.masked_fill)."""
@@ -363,6 +389,27 @@ def test_values_and_gradients_match_torch(case, dtype):
         g = np.zeros(np.shape(x)) if g is None else _numpy(g)
         w = np.zeros(np.shape(x)) if w is None else _numpy(w)
         np.testing.assert_allclose(g, w, err_msg=f"{name}: second derivative of argument {i}", **tol)
+
+
+@pytest.mark.parametrize("case", SDPA_CPU_KERNEL, ids=[c[0] for c in SDPA_CPU_KERNEL])
+def test_sdpa_cpu_kernel_second_derivatives_match_torch_math(case):
+    """symgrad's attention op differentiates twice; torch's CPU kernel does not: its math backend does."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    name, call, makers, diff, _ = case
+    r = np.random.default_rng(abs(hash(name)) % 2**32)
+    arrays = [m(r) for m in makers]
+    got_in, want_in = _build(symgrad, arrays, diff, np.float64), _build(torch, arrays, diff, np.float64)
+    got = call(SF, *got_in)
+    assert type(got.grad_fn).__name__ == "ScaledDotProductFlashAttentionForCpuBackward0"
+    with sdpa_kernel(SDPBackend.MATH):
+        want = call(TF, *want_in)
+    g1 = symgrad.autograd.grad(_cotangent_loss(symgrad, [got], 1), [got_in[i] for i in diff], create_graph=True)
+    w1 = torch.autograd.grad(_cotangent_loss(torch, [want], 1), [want_in[i] for i in diff], create_graph=True)
+    g2 = _second(symgrad, _cotangent_loss(symgrad, list(g1), 2), [got_in[i] for i in diff])
+    w2 = _second(torch, _cotangent_loss(torch, list(w1), 2), [want_in[i] for i in diff])
+    for i, g, w in zip(diff, g2, w2):
+        np.testing.assert_allclose(_numpy(g), _numpy(w), err_msg=f"{name}: second derivative of argument {i}",
+                                   **TOL[np.float64])
 
 
 def _second(lib, h, inputs):
@@ -730,7 +777,58 @@ GRAPHS = [
     ("masked_fill_tensor", lambda F, L, x, v: x.masked_fill(x > 0, v), [_normal(3, 4), _fixed(0.5)]),
     ("masked_fill_constant_tensor", lambda F, L, x: x.masked_fill(x > 0, L.tensor(0.5, dtype=x.dtype)),
      [_normal(3, 4)]),
+    # scaled_dot_product_attention: torch's CPU kernel (one node over q, k, v) or its composition
+    ("sdpa_cpu_kernel", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [_normal(2, 3, 4, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),
+    ("sdpa_cpu_kernel_causal_scale", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                          scale=0.5),
+     [_normal(1, 2, 4, 3), _normal(1, 2, 6, 3), _normal(1, 2, 6, 3)]),
+    ("sdpa_cpu_kernel_bool_mask", lambda F, L, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     [_normal(2, 2, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3), _bool_mask(4, 5)]),
+    ("sdpa_cpu_kernel_constant_float_mask",
+     lambda F, L, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=L.tensor(m.detach().numpy())),
+     [_normal(2, 2, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3), _normal(2, 2, 4, 5)]),
+    ("sdpa_cpu_kernel_gqa_equal_heads", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     [_normal(1, 2, 4, 3), _normal(1, 2, 5, 3), _normal(1, 2, 5, 3)]),
+    ("sdpa_cpu_kernel_gqa", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     [_normal(1, 4, 3, 2), _normal(1, 2, 5, 2), _normal(1, 2, 5, 2)]),
+    ("sdpa_cpu_kernel_transposed_query",
+     lambda F, L, q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k, v),
+     [_normal(2, 4, 3, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),
+    ("sdpa_cpu_kernel_query_only", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k.detach(), v.detach()),
+     [_normal(2, 3, 4, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),
+    ("sdpa_3d", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [_normal(3, 4, 5), _normal(3, 6, 5), _normal(3, 6, 5)]),
+    ("sdpa_value_head_size", lambda F, L, q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [_normal(2, 3, 4, 5), _normal(2, 3, 6, 5), _normal(2, 3, 6, 2)]),
+    ("sdpa_mask_with_gradient", lambda F, L, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     [_normal(2, 2, 4, 3), _normal(2, 2, 5, 3), _normal(2, 2, 5, 3), _normal(4, 5)]),
+    ("sdpa_transposed_last_dim", lambda F, L, q, k, v: F.scaled_dot_product_attention(q.transpose(-1, -2), k, v),
+     [_normal(2, 3, 5, 4), _normal(2, 3, 6, 5), _normal(2, 3, 6, 5)]),
 ]
+
+# torch.einsum: the ops torch's implementation records (permutes, unsqueezes, bmm between views, mul, sum)
+EINSUMS = [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("i,j->ij", [(3,), (4,)]),
+    ("ij->", [(2, 3)]), ("ij->j", [(2, 3)]), ("ij->ji", [(2, 3)]), ("ijk->kji", [(2, 3, 4)]), ("ij->ij", [(2, 3)]),
+    ("bi,ij,bj->b", [(2, 3), (3, 4), (2, 4)]), ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 4)]),
+    ("i,i->", [(3,), (3,)]), ("i,i->i", [(3,), (3,)]), ("ij,ij->ij", [(2, 3), (2, 3)]), ("ij,ij->", [(2, 3), (2, 3)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij,j->i", [(2, 3), (3,)]), ("ij,kj->ik", [(2, 3), (4, 3)]),
+    ("ji,jk->ik", [(3, 2), (3, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("bij,jk->bik", [(2, 3, 4), (4, 5)]),
+    ("ijk,ik->j", [(2, 3, 4), (2, 4)]), ("ij,jk", [(2, 3), (3, 4)]), ("i,ij,j->", [(3,), (3, 4), (4,)]),
+    ("ij,k->ik", [(2, 3), (4,)]), ("ij,jk->", [(2, 3), (3, 4)]),
+]
+# repeated letters: the top node and its next_functions as torch; further down torch has DiagonalBackward0,
+# symgrad IndexBackward0 (its diagonal)
+EINSUM_DIAGONALS = [("ii->", [(3, 3)]), ("ii->i", [(3, 3)]), ("iij->j", [(3, 3, 2)]),
+                    ("bii,bi->b", [(2, 3, 3), (2, 3)])]
+
+
+def _einsum_case(equation, shapes):
+    return (f"einsum_{equation}", lambda F, L, *xs: L.einsum(equation, *xs), [_normal(*s) for s in shapes])
+
+
+GRAPHS += [_einsum_case(e, shapes) for e, shapes in EINSUMS]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
@@ -743,6 +841,41 @@ def test_grad_fn_graphs_match_torch(case, dtype):
     got = call(SF, symgrad, *[symgrad.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
     want = call(TF, torch, *[torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays])
     assert _graph(got.grad_fn) == _graph(want.grad_fn)
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM_DIAGONALS, ids=[e for e, _ in EINSUM_DIAGONALS])
+def test_einsum_diagonal_top_nodes_match_torch(equation, shapes):
+    arrays = [np.random.default_rng(0).standard_normal(s) for s in shapes]
+    got = symgrad.einsum(equation, *[symgrad.tensor(a, requires_grad=True) for a in arrays])
+    want = torch.einsum(equation, *[torch.tensor(a, requires_grad=True) for a in arrays])
+    assert _graph(got.grad_fn, 1) == _graph(want.grad_fn, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("equation,shapes", EINSUMS + EINSUM_DIAGONALS + [
+    ("...i,...i->...", [(2, 1, 3), (4, 3)]), ("ij,jk->ik", [(0, 3), (3, 4)]), ("iii->i", [(3, 3, 3)]),
+    ("ab,bc,cd,de->ae", [(2, 3), (3, 4), (4, 5), (5, 2)]), ("i,j,k->ijk", [(2,), (3,), (4,)])],
+    ids=lambda v: v if isinstance(v, str) else None)
+def test_einsum_values_and_gradients_match_torch(equation, shapes, dtype):
+    r = np.random.default_rng(len(equation))
+    arrays = [r.standard_normal(s).astype(dtype) for s in shapes]
+    got_in = [symgrad.tensor(a, requires_grad=True) for a in arrays]
+    want_in = [torch.tensor(a, requires_grad=True) for a in arrays]
+    got, want = symgrad.einsum(equation, *got_in), torch.einsum(equation, *want_in)
+    tol = TOL[dtype]
+    assert tuple(got.shape) == tuple(want.shape) and _numpy(got).dtype == _numpy(want).dtype
+    np.testing.assert_allclose(_numpy(got), _numpy(want), **tol)
+    w = r.standard_normal(tuple(want.shape)).astype(dtype)
+    got_g = symgrad.autograd.grad((got * symgrad.tensor(w)).sum(), got_in, create_graph=True)
+    want_g = torch.autograd.grad((want * torch.tensor(w)).sum(), want_in, create_graph=True)
+    for g, t in zip(got_g, want_g):
+        np.testing.assert_allclose(_numpy(g), _numpy(t), **tol)
+    if len(shapes) > 1 and dtype is np.float64:   # einsum is multilinear: second derivatives across operands
+        got_h = symgrad.autograd.grad(_cotangent_loss(symgrad, list(got_g), 2), got_in, allow_unused=True)
+        want_h = torch.autograd.grad(_cotangent_loss(torch, list(want_g), 2), want_in, allow_unused=True)
+        for g, t, a in zip(got_h, want_h, arrays):
+            np.testing.assert_allclose(np.zeros(a.shape) if g is None else _numpy(g),
+                                       np.zeros(a.shape) if t is None else _numpy(t), **tol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
@@ -786,6 +919,9 @@ def test_nn_ops_are_decomposed_in_compiled_graphs():
         "linalg_vector_norm": (lambda x: symgrad.linalg.vector_norm(x, dim=1), [r.standard_normal((2, 3))]),
         "masked_fill.Tensor": (lambda x: x.masked_fill(x > 0, symgrad.tensor(1.0, dtype=symgrad.float64)),
                                [r.standard_normal((2, 3))]),
+        "_scaled_dot_product_flash_attention_for_cpu": (
+            lambda q, k, v: SF.scaled_dot_product_attention(q, k, v, is_causal=True),
+            [r.standard_normal((1, 2, 3, 4)), r.standard_normal((1, 2, 5, 4)), r.standard_normal((1, 2, 5, 4))]),
     }
     for op, (program, args) in programs.items():
         graph = symgrad.trace(program, *args)

@@ -397,6 +397,14 @@ SAMPLES = {
                                      (A(r, 3, 4), 0.5, (0,), False)],
     "linalg_vector_norm.inf": lambda r: [(D(r, 3, 4), INF, (1,), False), (D(r, 3, 4), -INF, None, False)],
     "linalg_vector_norm.zero": lambda r: [(U(r, 3, 4), 0.0, (1,), False)],
+    # attention: an additive mask (0-d zero: none); the second masks every key of query 1 (its output 0)
+    "_scaled_dot_product_flash_attention_for_cpu": lambda r: [
+        (U(r, 2, 3, 4, 5), U(r, 2, 3, 6, 5), U(r, 2, 3, 6, 5), np.zeros(()), False, 0.4),
+        (U(r, 1, 2, 3, 4), U(r, 1, 2, 5, 4), U(r, 1, 2, 5, 4),
+         np.where(np.arange(15).reshape(3, 5) % 4 == 1, -INF, 0.0) + np.array([[0.0], [-INF], [0.0]]) + U(r, 3, 5),
+         False, 0.5),
+        (U(r, 1, 2, 4, 3), U(r, 1, 2, 6, 3), U(r, 1, 2, 6, 3), np.zeros(()), True, 0.7),
+        (U(r, 2, 4, 3, 2), U(r, 2, 2, 4, 2), U(r, 2, 2, 4, 2), np.zeros(()), False, 0.6)],   # grouped heads
 }
 
 
@@ -837,6 +845,9 @@ TORCH_EQUIVALENT = {
     "linalg_vector_norm": lambda L, x, ord, dim, keepdim: L.linalg.vector_norm(x, ord, dim, keepdim),
     "linalg_vector_norm.inf": lambda L, x, ord, dim, keepdim: L.linalg.vector_norm(x, ord, dim, keepdim),
     "linalg_vector_norm.zero": lambda L, x, ord, dim, keepdim: L.linalg.vector_norm(x, ord, dim, keepdim),
+    "_scaled_dot_product_flash_attention_for_cpu": lambda L, q, k, v, mask, causal, scale:
+        L.nn.functional.scaled_dot_product_attention(q, k, v, None if mask.ndim == 0 else mask, is_causal=causal,
+                                                     scale=scale, enable_gqa=q.shape[1] != k.shape[1]),
     "add.Tensor": lambda L, a, b: L.add(a, b),
     "sub.Tensor": lambda L, a, b: L.sub(a, b),
     "rsub.Tensor": lambda L, a, b: L.rsub(a, b),

@@ -75,6 +75,7 @@ DECOMPOSITIONS: dict[str, Callable] = {
     "embedding": NNF._embedding_composite,
     "native_layer_norm": NNF._native_layer_norm_composite,
     "masked_fill.Tensor": F._masked_fill_tensor_composite,
+    "_scaled_dot_product_flash_attention_for_cpu": NNF._sdpa_flash_composite,
     "linalg_vector_norm": F._linalg_vector_norm_composite,
     "linalg_vector_norm.inf": F._linalg_vector_norm_composite,
     "linalg_vector_norm.zero": F._linalg_vector_norm_composite,

@@ -49,6 +49,8 @@ from ..ops.nn_ops import (
     nll_loss_op,
     pad_pairs,
     pool_geometry,
+    repeat_heads,
+    sdpa_flash_op,
     window_count,
 )
 from ..tensor import Tensor
@@ -1209,28 +1211,70 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                                  scale: float | None = None, enable_gqa: bool = False) -> Tensor:
     """``softmax(q @ k.T * scale + mask) @ v`` over the last two dims; a bool mask keeps the True positions,
     a float mask is added; ``is_causal`` keeps the lower triangle.  A query whose every key is masked gets
-    zeros (as PyTorch's CPU kernels)."""
+    zeros (as PyTorch's CPU kernels).  Where PyTorch's CPU dispatch takes its fused kernel (see
+    ``_takes_cpu_kernel``) the result is one node, ScaledDotProductFlashAttentionForCpuBackward0; otherwise
+    the composition PyTorch's math fallback also records (matmul, softmax, matmul)."""
     op = "scaled_dot_product_attention"
     q, k, v = _tensor(query, "query", op), _tensor(key, "key", op), _tensor(value, "value", op)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         raise RuntimeError(f"{op}: query, key and value must have at least 2 dims")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    mask = None if attn_mask is None else _tensor(attn_mask, "attn_mask", op)
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] and q.shape[-3] % k.shape[-3]:
+        raise RuntimeError(f"{op}: with enable_gqa, the query heads ({q.shape[-3]}) must be a multiple of the "
+                           f"key/value heads ({k.shape[-3]})")
+    if _takes_cpu_kernel(q, k, v, mask, dropout_p, enable_gqa):
+        if mask is None:
+            additive = T.as_tensor(0.0).to(q.dtype)
+        else:
+            # a 0-d mask as (1, 1): the op reads a 0-d mask as "none" when it is decomposed
+            additive = mask.detach() if mask.ndim else T.reshape(mask.detach(), (1, 1))
+            additive = T.where(additive, 0.0, -math.inf) if mask.dtype is _dt.bool_ else additive
+            additive = additive.to(q.dtype)
+        return sdpa_flash_op(q, k, v, additive, is_causal, factor)
     if enable_gqa and q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
-        if q.shape[-3] % k.shape[-3]:
-            raise RuntimeError(f"{op}: with enable_gqa, the query heads ({q.shape[-3]}) must be a multiple of the "
-                               f"key/value heads ({k.shape[-3]})")
         repeat = q.shape[-3] // k.shape[-3]
         k, v = T.repeat_interleave(k, repeat, -3), T.repeat_interleave(v, repeat, -3)
+    return _attention_composite(q, k, v, mask, is_causal, factor, dropout_p)
+
+
+def _takes_cpu_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
+                      enable_gqa: bool = False) -> bool:
+    """Whether PyTorch's CPU dispatch runs its fused attention kernel for these inputs: 4-d query, key and
+    value of one batch and head count (no broadcasting; with ``enable_gqa`` key and value may have fewer
+    heads) and one head size, nonempty sequences, unit stride in the last dim, no dropout, and a mask (if
+    any) that needs no gradient and broadcasts to the scores."""
+    if not (q.ndim == k.ndim == v.ndim == 4) or dropout_p > 0.0:
+        return False
+    heads_agree = q.shape[1] == k.shape[1] or (enable_gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
+    if not (heads_agree and q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1]
+            and q.shape[-1] == k.shape[-1] == v.shape[-1]
+            and k.shape[-2] == v.shape[-2] and q.shape[-2] > 0 and k.shape[-2] > 0):
+        return False
+    if any(t._data.strides[-1] != t._data.itemsize and t.shape[-1] > 1 for t in (q, k, v)):
+        return False
+    if mask is None:
+        return True
+    if mask.requires_grad or mask.ndim > 4:
+        return False
+    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    try:
+        return np.broadcast_shapes(tuple(mask.shape), scores) == scores
+    except ValueError:
+        return False
+
+
+def _attention_composite(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, factor: float,
+                         dropout_p: float = 0.0) -> Tensor:
     length, source = q.shape[-2], k.shape[-2]
-    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     scores = T.matmul(q, T.transpose(k, -2, -1)) * factor
     if is_causal:
         scores = T.where(T.as_tensor(np.tril(np.ones((length, source), dtype=bool))), scores, -math.inf)
-    elif attn_mask is not None:
-        mask = _tensor(attn_mask, "attn_mask", op)
+    elif mask is not None:
         scores = T.where(mask, scores, -math.inf) if mask.dtype is _dt.bool_ else scores + mask
-    if is_causal or attn_mask is not None:
+    if is_causal or mask is not None:
         # a row that masks every key attends to nothing: zeros, as PyTorch (not softmax's 0/0), and
         # its scores are replaced before the softmax so that no nan reaches a gradient either
         empty = T.eq(T.amax(scores.detach(), -1, keepdim=True), -math.inf)
@@ -1240,3 +1284,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return T.matmul(weights, v)
+
+
+def _sdpa_flash_composite(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor, is_causal: bool,
+                          scale: float) -> Tensor:
+    # the mask an additive constant made by scaled_dot_product_attention: a 0-d zero when there was none
+    mask = None if attn_mask.ndim == 0 else attn_mask
+    return _attention_composite(q, repeat_heads(k, q), repeat_heads(v, q), mask, is_causal, scale)

@@ -2599,71 +2599,72 @@ def _register_linalg_helpers() -> None:
 _register_linalg_helpers()
 
 
-def _contract_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[Tensor, str]:
-    """Contract two einsum operands as one (batched) matrix product; ``keep``: letters still needed."""
-    batch = [c for c in sa if c in sb and c in keep]
-    summed = [c for c in sa if c in sb and c not in keep]
-    free_a = [c for c in sa if c not in sb]
-    free_b = [c for c in sb if c not in sa]
-    size = {c: a.shape[i] for i, c in enumerate(sa)}
-    size.update({c: b.shape[i] for i, c in enumerate(sb)})
+def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
+    """Take the diagonal over every letter repeated within one operand (``ii``, ``bii``), moved back to the
+    letter's first position (as PyTorch: a permute after ``diagonal``, which puts it last)."""
+    while len(set(s)) < len(s):
+        c = next(x for x in s if s.count(x) > 1)
+        p, q = [i for i, x in enumerate(s) if x == c][:2]
+        if t.shape[p] != t.shape[q]:
+            raise ValueError(f"einsum: subscript {c!r} is repeated for dimensions of different sizes "
+                             f"{sorted({t.shape[p], t.shape[q]})}")
+        t = diagonal(t, 0, p, q)
+        rest = [i for i in range(t.ndim - 1)]
+        t = permute(t, rest[:p] + [t.ndim - 1] + rest[p:])
+        s = "".join(x for i, x in enumerate(s) if i != q)
+    return t, s
+
+
+def _einsum_pair(a: Tensor, has_a: set, b: Tensor, has_b: set, order: list, keep: set) -> tuple[Tensor, set]:
+    """Contract two aligned einsum operands (every letter of ``order`` a dim, size 1 where the operand lacks
+    it; ``has_*`` the letters it has): a product where no letter is summed, else one batched matrix product
+    between a permute and a view of each operand, viewed and permuted back to ``order``."""
+    for t_has, other in ((has_a, has_b), (has_b, has_a)):
+        lonely = [order.index(c) for c in order if c in t_has and c not in other and c not in keep]
+        if lonely:   # a letter this operand alone has and nothing after needs: sum it first (dims kept)
+            if t_has is has_a:
+                a = sum(a, tuple(lonely), True)
+            else:
+                b = sum(b, tuple(lonely), True)
+            t_has -= {order[i] for i in lonely}
+    summed = [c for c in order if c in has_a and c in has_b and c not in keep]
+    has = has_a | has_b
+    if not summed:
+        return a * b, has
+    batch = [c for c in order if c in has_a and c in has_b and c in keep]
+    only_a = [c for c in order if c in has_a and c not in has_b]
+    only_b = [c for c in order if c in has_b and c not in has_a]
+    ones = [c for c in order if c not in has]
+    size = {c: a.shape[i] if c in has_a else b.shape[i] for i, c in enumerate(order)}
 
     def n(letters):
         return int(np.prod([size[c] for c in letters], dtype=np.int64))
 
-    def arrange(t, s, order, shape):
-        perm = [s.index(c) for c in order]
-        if perm != list(range(len(perm))):
-            t = permute(t, perm)
-        return reshape(t, shape) if tuple(t.shape) != shape else t
-
-    letters = batch + free_a + free_b
-    if not summed or not (free_a or free_b):
-        # nothing to sum (an outer or elementwise product) or nothing free (rowwise dots): a broadcast
-        # multiply, which fuses into a loop, instead of a matrix product of size-1 dimensions
-        dims_a = [size[c] if c in sa else 1 for c in letters + summed]
-        dims_b = [size[c] if c in sb else 1 for c in letters + summed]
-        prod_ = arrange(a, sa, [c for c in letters + summed if c in sa], tuple(dims_a)) * \
-            arrange(b, sb, [c for c in letters + summed if c in sb], tuple(dims_b))
-        if summed:
-            prod_ = sum(prod_, tuple(range(len(letters), len(letters) + len(summed))))
-        return prod_, "".join(letters)
-    lead = (n(batch),) if batch else ()
-    left = arrange(a, sa, batch + free_a + summed, lead + (n(free_a), n(summed)))
-    right = arrange(b, sb, batch + summed + free_b, lead + (n(summed), n(free_b)))
-    out = matmul(left, right)
-    shape = tuple(size[c] for c in letters)
-    return (reshape(out, shape) if tuple(out.shape) != shape else out), "".join(letters)
-
-
-def _einsum_diagonal(t: Tensor, s: str) -> tuple[Tensor, str]:
-    """Take the diagonal over every letter repeated within one operand (``ii``, ``bii``)."""
-    for c in dict.fromkeys(s):
-        pos = [i for i, x in enumerate(s) if x == c]
-        if len(pos) == 1:
-            continue
-        sizes = {t.shape[p] for p in pos}
-        if len(sizes) != 1:
-            raise ValueError(f"einsum: subscript {c!r} is repeated for dimensions of different sizes "
-                             f"{sorted(sizes)}")
-        rest = [i for i in range(len(s)) if i not in pos]
-        t = permute(t, rest + pos)
-        ar = np.arange(t.shape[-1])
-        t = getitem(t, (Ellipsis,) + (ar,) * len(pos))
-        s = "".join(s[i] for i in rest) + c
-    return t, s
-
-
-def _first_position(s: str, other: str, output: str) -> int:
-    """Where the first of ``s``'s own letters (not in ``other``) appears in ``output``."""
-    return builtins.min((output.index(c) for c in s if c not in other and c in output), default=len(output))
+    left_order = batch + only_a + summed + ones + only_b
+    right_order = batch + summed + only_b + ones + only_a
+    left = reshape(permute(a, [order.index(c) for c in left_order]), (n(batch), n(only_a), n(summed)))
+    right = reshape(permute(b, [order.index(c) for c in right_order]), (n(batch), n(summed), n(only_b)))
+    out_order = batch + only_a + summed + ones + only_b
+    out = reshape(bmm(left, right), tuple(1 if c in summed or c in ones else size[c] for c in out_order))
+    return permute(out, [out_order.index(c) for c in order]), has - set(summed)
 
 
 def einsum(equation, *operands) -> Tensor:
     """Einstein summation, any subscripts numpy accepts (implicit output, ``...``, repeated indices).
 
-    The contraction order comes from ``opt_einsum``; each pairwise contraction is one matrix product
-    (after permute/reshape), so gradients and compiled code are those of matmul, sum and indexing."""
+    Built from the ops PyTorch's einsum records, in its order: each operand's repeated letters as diagonals,
+    the operand unsqueezed and permuted to one letter order (the output's letters, then the summed ones),
+    then products in ``opt_einsum``'s contraction order (a broadcast product where nothing is summed, else a
+    batched matrix product between permutes and views) or, for one operand, a sum; a view drops the summed
+    dims at the end.
+
+    >>> import symgrad
+    >>> a, b = symgrad.ones(2, 3, requires_grad=True), symgrad.ones(3, 4)
+    >>> symgrad.einsum("ij,jk->ik", a, b).grad_fn.name()
+    'ViewBackward0'
+    >>> symgrad.einsum("ij->", a).grad_fn.name()
+    'SumBackward1'
+    """
     import opt_einsum
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
@@ -2685,40 +2686,37 @@ def einsum(equation, *operands) -> Tensor:
         for c, d in zip(s, t.shape):
             if size.get(c, 1) not in (1, d) and d != 1:
                 raise ValueError(f"einsum: subscript {c!r} has sizes {size[c]} and {d}, which do not broadcast")
-            size[c] = builtins.max(size.get(c, 1), d)
+            if size.get(c, 1) == 1:     # a size-1 dim broadcasts (to 0 too)
+                size[c] = d
     # broadcast size-1 dimensions (numpy allows it under the ellipsis)
     ts = [expand(t, tuple(size[c] for c in s)) if tuple(t.shape) != tuple(size[c] for c in s) else t
           for t, s in zip(ts, subs)]
-    ops = []
-    for k, (t, s) in enumerate(zip(ts, subs)):
+    if len(ts) > 1 and len({t.dtype for t in ts}) > 1:
+        common = _dt.result_type(*ts)
+        ts = [t if t.dtype is common else to(t, common) for t in ts]
+    order = list(output) + [c for c in dict.fromkeys("".join(subs)) if c not in output]
+    aligned = []
+    for t, s in zip(ts, subs):
         t, s = _einsum_diagonal(t, s)
-        others = set(output).union(*(subs[j] for j in range(len(subs)) if j != k))
-        lonely = [i for i, c in enumerate(s) if c not in others]
-        if lonely:   # summed letters that no other operand shares: sum them now
-            t = sum(t, tuple(lonely))
-            s = "".join(c for i, c in enumerate(s) if i not in lonely)
-        ops.append((t, s))
-    if len(ops) > 1:
-        path, _ = opt_einsum.contract_path(",".join(s for _, s in ops) + "->" + output,
-                                           *[tuple(t.shape) for t, _ in ops], shapes=True, optimize="auto")
-        for pair in path:
-            picked = [ops[i] for i in pair]
-            ops = [o for i, o in enumerate(ops) if i not in pair]
-            keep = set(output).union(*(s for _, s in ops))
-            t, s = picked[0]
-            for t2, s2 in picked[1:]:
-                if _first_position(s2, s, output) < _first_position(s, s2, output):
-                    t, s, t2, s2 = t2, s2, t, s   # the operand whose letters lead the output goes left
-                t, s = _contract_pair(t, s, t2, s2, keep)
-            ops.append((t, s))
-    t, s = ops[0]
-    extra = [i for i, c in enumerate(s) if c not in output]
-    if extra:
-        t = sum(t, tuple(extra))
-        s = "".join(c for i, c in enumerate(s) if i not in extra)
-    if s != output:
-        t = permute(t, [s.index(c) for c in output])
-    return t
+        has = set(s)
+        for c in order:
+            if c not in has:
+                t, s = unsqueeze(t, t.ndim), s + c
+        aligned.append((permute(t, [s.index(c) for c in order]), has))
+    if len(aligned) == 1:
+        t, _ = aligned[0]
+        return sum(t, tuple(range(len(output), len(order)))) if len(order) > len(output) else t
+    path, _ = opt_einsum.contract_path(",".join(subs) + "->" + output, *shapes, shapes=True, optimize="auto")
+    for pair in path:
+        picked = [aligned[i] for i in pair]
+        aligned = [o for i, o in enumerate(aligned) if i not in pair]
+        keep = set(output).union(*(h for _, h in aligned))
+        t, has = picked[0]
+        for t2, has2 in picked[1:]:
+            t, has = _einsum_pair(t, set(has), t2, set(has2), order, keep)
+        aligned.append((t, has))
+    t, _ = aligned[0]
+    return reshape(t, tuple(size[c] for c in output)) if len(order) > len(output) else t
 
 
 def tensordot(a, b, dims=2) -> Tensor:

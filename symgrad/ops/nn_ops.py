@@ -617,6 +617,76 @@ def native_layer_norm_op(input, normalized_shape, weight, bias, eps):
     return F._call("native_layer_norm", input, tuple(int(s) for s in normalized_shape), weight, bias, float(eps))
 
 
+def _causal_keep(length: int, source: int) -> np.ndarray:
+    """is_causal's mask: query i sees keys 0..i (the upper-left triangle, as PyTorch)."""
+    return np.tril(np.ones((length, source), dtype=bool))
+
+
+def _repeat_heads_np(x, like):
+    return np.repeat(x, like.shape[-3] // x.shape[-3], axis=-3) if x.shape[-3] != like.shape[-3] else x
+
+
+def repeat_heads(x, like):
+    """``x``'s heads (dim -3) each repeated to ``like``'s head count (grouped-query attention; the identity
+    when the counts agree)."""
+    group = like.shape[-3] // x.shape[-3]
+    return F.repeat_interleave(x, group, -3) if group != 1 else x
+
+
+def _group_heads_sum_np(x, like):
+    group = x.shape[-3] // like.shape[-3]
+    if group == 1:
+        return x
+    return x.reshape(x.shape[:-3] + (like.shape[-3], group) + x.shape[-2:]).sum(-3)
+
+
+def group_heads_sum(x, like):
+    """The transpose of repeat_heads: each group of ``x``'s heads summed, down to ``like``'s head count."""
+    group = x.shape[-3] // like.shape[-3]
+    if group == 1:
+        return x
+    return F.sum(F.reshape(x, tuple(x.shape[:-3]) + (like.shape[-3], group) + tuple(x.shape[-2:])), -3)
+
+
+def _attention_weights_np(query, key, attn_mask, is_causal, scale):
+    key = _repeat_heads_np(key, query)
+    scores = np.matmul(query, np.swapaxes(key, -2, -1)) * np.asarray(scale, dtype=query.dtype) + attn_mask
+    if is_causal:
+        scores = np.where(_causal_keep(scores.shape[-2], scores.shape[-1]), scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    empty = top == -np.inf
+    # a query whose every key is masked attends to nothing: zeros (PyTorch's safe softmax), never 0/0
+    e = np.exp(scores - np.where(empty, 0.0, top))
+    total = e.sum(-1, keepdims=True)
+    return np.where(empty, 0.0, e / np.where(empty, 1.0, total)).astype(query.dtype, copy=False)
+
+
+def attention_weights(query, key, attn_mask, is_causal, scale):
+    """``softmax(query @ key.T * scale + attn_mask)`` (``attn_mask`` additive, no gradient) over the keys, the
+    upper-left triangle only when ``is_causal``, zeros for a query that sees no key: the attention weights
+    that ScaledDotProductFlashAttentionForCpuBackward0's formulas recompute, composed of table ops so that
+    they differentiate again."""
+    scores = F.matmul(query, F.transpose(repeat_heads(key, query), -2, -1)) * scale + attn_mask.detach()
+    if is_causal:
+        scores = F.where(F.as_tensor(_causal_keep(scores.shape[-2], scores.shape[-1])), scores, -np.inf)
+    empty = F.eq(F.amax(scores.detach(), -1, keepdim=True), -np.inf)
+    return F.where(empty, 0.0, F.softmax(F.where(empty, 0.0, scores), -1))
+
+
+@forward("_scaled_dot_product_flash_attention_for_cpu")
+def _sdpa_flash_fwd(query, key, value, attn_mask, is_causal, scale):
+    weights = _attention_weights_np(query, key, attn_mask, is_causal, scale)
+    return np.matmul(weights, _repeat_heads_np(value, query)).astype(query.dtype, copy=False)
+
+
+def sdpa_flash_op(query, key, value, attn_mask, is_causal: bool, scale: float):
+    """ScaledDotProductFlashAttentionForCpuBackward0's op: 4-d ``query`` (B, H, L, E), ``key`` (B, K, S, E) and
+    ``value`` (B, K, S, E), K dividing H (each key/value head serves H / K query heads); ``attn_mask``
+    additive (0-d zero for none), broadcast against (B, H, L, S)."""
+    return F._call("_scaled_dot_product_flash_attention_for_cpu", query, key, value, attn_mask, bool(is_causal),
+                   float(scale))
+
+
 for _name, _numpy_fn, _tensor_fn in [
         ("convolution", _convolution_fwd, convolution_op),
         ("convolution_backward_input", _convolution_backward_input_fwd, convolution_backward_input_op),
@@ -633,6 +703,11 @@ for _name, _numpy_fn, _tensor_fn in [
         ("embedding", _embedding_fwd, embedding_op),
         ("embedding_dense_backward", _embedding_dense_backward_fwd, embedding_dense_backward_op),
         ("native_layer_norm", _native_layer_norm_fwd, native_layer_norm_op),
+        ("_scaled_dot_product_flash_attention_for_cpu", _sdpa_flash_fwd, sdpa_flash_op),
+        ("attention_weights", _attention_weights_np, attention_weights),
+        ("repeat_heads", _repeat_heads_np, repeat_heads),
+        ("group_heads_sum", _group_heads_sum_np, group_heads_sum),
+        ("matmul", np.matmul, F.matmul),
         ("trailing_dims", trailing_dims, trailing_dims),
         ("negated", negated, negated)]:
     formula_namespaces.register(_name, _numpy_fn, _tensor_fn)

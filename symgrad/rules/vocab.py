@@ -31,7 +31,8 @@ HELPERS = ("where", "sum_to", "sum_backward", "reshape", "to_dtype", "index_zero
            "amax_backward", "var_backward", "cat_backward", "inverse_permutation",
            "cumprod_jvp", "cumprod_double_backward",  # numpy surface: reductions, scans and sorting
            "reduced_grad",  # losses: the gradient of a reduced loss, per element
-           "mean", "trailing_dims", "negated")  # torch.nn.functional: layer_norm's statistics, pad's widths
+           "mean", "trailing_dims", "negated",  # torch.nn.functional: layer_norm's statistics, pad's widths
+           "matmul", "attention_weights", "repeat_heads", "group_heads_sum")  # scaled_dot_product_attention
 # numpy surface: linear algebra. Backward helpers that are compositions of table ops (matmul, solve,
 # inverse...): both implementations are registered by symgrad.ops.functional through
 # symgrad.ops.formula_namespaces.register, the numpy one running the same composition on arrays.
