@@ -12,6 +12,9 @@ c. random programs (the strategy of tests/test_autodiff.py) compiled with Numba 
    ``SYMGRAD_FUZZ=long`` runs a long profile (``@pytest.mark.slow``);
 d. ``symgrad.value_and_grad`` (one joint Numba kernel) vs eager on the W1, W2, W3, W5 workloads.
 
+In the CI profile the "unary" group, whose Numba kernels tests/test_numba_emit.py checks op by op,
+compiles with the numpy backend; ``SYMGRAD_FUZZ=long`` compiles every group with Numba.
+
 Every Numba compile costs a fraction of a second, so the op cases of (a) and (b) are compiled in
 a handful of batches: one compiled function per group of ops, taking every case's arrays (and its
 fixed weights) as inputs and returning one scalar loss per case (summed eagerly before
@@ -72,6 +75,17 @@ SHAPE_FROM_VALUES = {"bincount"}
 # PyTorch does (torch.linalg.vector_norm(x, 0))
 ZERO_GRADIENT_IS_NONE = {"linalg_vector_norm.zero"}
 BACKEND = "numba"
+# The "unary" group's ops each have their Numba kernel checked alone, values and gradients in both
+# math modes and dtypes, by tests/test_numba_emit.py (its UNARY list holds every one of them): the CI
+# profile compiles this batch with the numpy backend (the same trace, autodiff, partition and
+# CompiledFunctionBackward); SYMGRAD_FUZZ=long compiles every group with Numba.
+NUMPY_IN_CI = {"unary"}
+
+
+def _backend(group: str) -> str:
+    if group in NUMPY_IN_CI and os.environ.get("SYMGRAD_FUZZ", "") != "long":
+        return "numpy"
+    return BACKEND
 
 
 def _seed(*parts) -> int:
@@ -268,10 +282,10 @@ def _batch_inputs(cases, which: str) -> tuple[list, list]:
     return leaves, [t for ls in leaves for t in ls] + weights
 
 
-def _run_batch(cases) -> dict:
+def _run_batch(cases, backend: str = BACKEND) -> dict:
     """Compile the cases as one function; call it on the example values, then on fresh ones."""
     fn = _batch_function(cases)
-    compiled = symgrad.compile(fn, backend=BACKEND)
+    compiled = symgrad.compile(fn, backend=backend)
     outcomes = {c.id: Outcome(batch=[x.id for x in cases]) for c in cases}
     for which in ("example", "fresh"):
         leaves, args = _batch_inputs(cases, which)
@@ -299,10 +313,10 @@ def _run_batch(cases) -> dict:
     return outcomes
 
 
-def _run_bisecting(cases, interactions: list) -> dict:
+def _run_bisecting(cases, interactions: list, backend: str = BACKEND) -> dict:
     """:func:`_run_batch`, splitting a failing batch until each failure is one case alone."""
     try:
-        return _run_batch(cases)
+        return _run_batch(cases, backend)
     except Exception as exc:  # noqa: BLE001 - any failure is reported by the case's test
         if len(cases) == 1:
             c = cases[0]
@@ -310,7 +324,8 @@ def _run_bisecting(cases, interactions: list) -> dict:
             tb = "".join(traceback.format_tb(exc.__traceback__)[-3:])
             return {c.id: Outcome(batch=[c.id], error=f"{type(exc).__name__}: {text}\n{tb}")}
         mid = len(cases) // 2
-        out = {**_run_bisecting(cases[:mid], interactions), **_run_bisecting(cases[mid:], interactions)}
+        out = {**_run_bisecting(cases[:mid], interactions, backend),
+               **_run_bisecting(cases[mid:], interactions, backend)}
         if not any(o.error for o in out.values()):
             interactions.append(f"{[c.id for c in cases]}: {type(exc).__name__}: {exc}")
         return out
@@ -418,7 +433,7 @@ def _group_outcomes(group: str, dtype) -> dict:
             except Exception as exc:  # noqa: BLE001 - a broken sample fails its own test
                 out[(key, variant, index_inputs)] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
         interactions: list = []
-        by_id = _run_bisecting(cases, interactions) if cases else {}
+        by_id = _run_bisecting(cases, interactions, _backend(group)) if cases else {}
         out.update({c.slot: by_id[c.id] for c in cases})
         _CACHE[cache_key] = out
         _INTERACTIONS[cache_key] = interactions
@@ -431,7 +446,7 @@ def _check_case(key: str, variant: int, index_inputs: bool, dtype, rtol: float, 
     case = Case(key, variant, dtype, index_inputs)
     if outcome.error:
         alone = "alone in its batch" if len(outcome.batch) <= 1 else f"batch {outcome.batch}"
-        pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={BACKEND!r} failed "
+        pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={_backend(group)!r} failed "
                     f"({alone}):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
     assert outcome.traces == 1, f"{case.id}: {outcome.traces} traces for two calls of the same shapes"
     names = [case.op.schema.args[case.paths[i][0]].name + "".join(f"[{p}]" for p in case.paths[i][1:])
