@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent / "tutorials"
+sys.path.insert(0, str(HERE))
+import _recording  # noqa: E402 - tests/tutorials/_recording.py
+
+LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
 PROGRAMS = sorted(p.name for p in HERE.glob("*.py") if not p.name.startswith("_") and p.name != "conftest.py")
 
 # Programs that cannot run under symgrad yet: the error they must stop on, and what provides it. The
@@ -61,12 +65,29 @@ def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, cwd=HERE, env=env)
 
 
+def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:
+    """Real torch's run of ``program`` (writing its draws to ``draws``): recorded in
+    tests/tutorials/recorded/ by ``python tests/tutorials/_record.py`` (torch is seeded and runs one
+    thread, so a run is reproducible), live when there is no recording, when the installed torch is
+    another version, and always under ``SYMGRAD_FUZZ=long`` (which also checks the recording)."""
+    recorded = _recording.load(program)
+    installed = _recording.torch_version()
+    if recorded is not None and not LONG and installed in (None, recorded["torch"]):
+        _recording.write_draws(recorded, draws)
+        return subprocess.CompletedProcess([], recorded["returncode"], recorded["stdout"], recorded["stderr"])
+    pytest.importorskip("torch")
+    live = _run("torch", program, draws)
+    if recorded is not None and installed == recorded["torch"]:
+        assert live.returncode == recorded["returncode"] and _normalise(live.stdout) == _normalise(
+            recorded["stdout"]), f"{program}: torch's output differs from the recording; re-record it"
+    return live
+
+
 @pytest.mark.parametrize("program", [p[:-3] for p in PROGRAMS])
 def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path):
-    pytest.importorskip("torch")
     program += ".py"
     draws = tmp_path / "draws.pkl"
-    theirs = _run("torch", program, draws)
+    theirs = _torch_run(program, draws)
     if program in NOT_RUNNABLE_WITH_TORCH:
         assert theirs.returncode != 0, "runs with torch now: move it into the compared programs"
         mine = _run("symgrad", program, draws)
