@@ -34,6 +34,8 @@ from symgrad.ir.graph import Graph, IndexRef, Value, _arg_text
 from symgrad.rules import vocab
 from symgrad.rules.printers import FormulaPrinter
 
+from .op_facts import register
+
 
 @dataclass
 class Emitted:
@@ -123,11 +125,7 @@ LOWERINGS: dict[str, Callable] = {}
 
 def lowering(*ops: str):
     """Register the glue statements of ``ops`` (decorator)."""
-    def deco(fn):
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-    return deco
+    return register(LOWERINGS, *ops)
 
 
 @lowering("constant")

@@ -23,3 +23,13 @@ def reduction_kind(op: str) -> str | None:
 def reduces_over_dim(op: str) -> bool:
     """Whether a reduction op takes a ``dim`` argument (else it reduces over all dims)."""
     return facts.reduces_over_dim(op, opinfo.rule)
+
+
+def register(table: dict, *ops: str):
+    """A decorator storing its function in ``table`` under each of ``ops`` (per-op lowerings, index
+    maps, argument readers: data keyed by op, never ``if`` chains over op names)."""
+    def deco(fn):
+        for op in ops:
+            table[op] = fn
+        return fn
+    return deco

@@ -49,28 +49,20 @@ SCATTER_ARGS: dict[str, Callable] = {}
 GATHER_ARGS: dict[str, Callable] = {}
 
 
-def _register(table: dict, *ops: str):
-    def deco(fn):
-        for op in ops:
-            table[op] = fn
-        return fn
-    return deco
-
-
-@_register(SCATTER_ARGS, "index_put_add")
+@op_facts.register(SCATTER_ARGS, "index_put_add")
 def _index_put_add_args(n: Node):
     values, _, index = n.args[:3]
     return values, None, index
 
 
-@_register(SCATTER_ARGS, "index_put")
+@op_facts.register(SCATTER_ARGS, "index_put")
 def _index_put_args(n: Node):
     base, index, values = n.args[:3]
     accumulate = n.args[3] if len(n.args) > 3 else False
     return (values, base, index) if accumulate is True else None
 
 
-@_register(GATHER_ARGS, "index.Tensor")
+@op_facts.register(GATHER_ARGS, "index.Tensor")
 def _index_args(n: Node):
     return n.args[0], n.args[1]
 

@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 from symgrad.ir.graph import Node, Value
 
+from .op_facts import register
+
 
 class Idx(NamedTuple):
     """One dim of a read position: ``(off + coef * i<var>) // div``, or ``off // div`` when ``var`` is None.
@@ -91,11 +93,7 @@ class NotShifted(Exception):
 
 def read_map(*ops: str):
     """Register the index map of ``ops`` (decorator)."""
-    def deco(fn):
-        for op in ops:
-            READ_MAPS[op] = fn
-        return fn
-    return deco
+    return register(READ_MAPS, *ops)
 
 
 def pieces(node: Node, at: tuple[Idx, ...]) -> list[Piece]:
