@@ -247,6 +247,18 @@ def test_finite_differences():
 
 # --- the torch face: index_put(accumulate=True), embedding -------------------------------------------
 
+def _assert_matches_torch(torch, loss, arrays, parallel):
+    """``loss(lib, *tensors)`` compiled by symgrad (value and every gradient) equals torch's eager run."""
+    argnums = tuple(range(len(arrays)))
+    value, grads = _vg(lambda *a: loss(symgrad, *a), argnums, parallel)(*arrays)
+    leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
+    t_value = loss(torch, *leaves)
+    t_value.backward()
+    np.testing.assert_allclose(value, t_value.item(), rtol=1e-12)
+    for g, leaf in zip(grads, leaves):
+        np.testing.assert_allclose(g, leaf.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("parallel", PARALLEL)
 def test_torch_index_put_and_embedding_match_torch(parallel):
     torch = pytest.importorskip("torch")
@@ -260,13 +272,7 @@ def test_torch_index_put_and_embedding_match_torch(parallel):
         h = lib.index_put(lib.zeros((5, 4), dtype=E.dtype), (lib.tensor(bag),), rows, accumulate=True)
         return lib.tanh(h @ W).sum()
 
-    value, (gE, gW) = _vg(lambda E, W: loss(symgrad, E, W), (0, 1), parallel)(E, W)
-    tE, tW = (torch.tensor(a, requires_grad=True) for a in (E, W))
-    t_value = loss(torch, tE, tW)
-    t_value.backward()
-    np.testing.assert_allclose(value, t_value.item(), rtol=1e-12)
-    np.testing.assert_allclose(gE, tE.grad.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(gW, tW.grad.numpy(), rtol=1e-12, atol=1e-12)
+    _assert_matches_torch(torch, loss, (E, W), parallel)
 
 
 # --- gathers read inside elementwise loops -----------------------------------------------------------
@@ -322,13 +328,7 @@ def test_base_with_gradient_and_index_dtypes(parallel, index_dtype):
         h = lib.index_put(base * 2.0, (lib.tensor(idx.astype(np.int64)),), lib.sin(vals), accumulate=True)
         return (h * h).sum()
 
-    value, (gb, gv) = _vg(lambda b, v: loss(symgrad, b, v), (0, 1), parallel)(base, vals)
-    tb, tv = (torch.tensor(a, requires_grad=True) for a in (base, vals))
-    t_value = loss(torch, tb, tv)
-    t_value.backward()
-    np.testing.assert_allclose(value, t_value.item(), rtol=1e-12)
-    np.testing.assert_allclose(gb, tb.grad.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(gv, tv.grad.numpy(), rtol=1e-12, atol=1e-12)
+    _assert_matches_torch(torch, loss, (base, vals), parallel)
 
     def np_loss(x, i):   # the index as a graph input of its own dtype
         h = symgrad.zeros((6, 2), dtype=x.dtype)
