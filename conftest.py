@@ -35,3 +35,17 @@ def _kernel_cache(tmp_path_factory):
         cache.mkdir(mode=0o700, exist_ok=True)
         os.environ["SYMGRAD_CACHE_DIR"] = str(cache)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    # The scheduler of `--dist loadgroup` keeps tests whose node ids end in the same "@group" on one
+    # worker (tests/test_compile_differential.py's batches: one worker builds each batch once).
+    # pytest-xdist 3.8's worker adds that suffix from the `xdist_group` mark by setting `_nodeid`,
+    # which pytest 9's items no longer read (their node id is `_id`), so it is added here.
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and not item.nodeid.endswith("@" + "_".join(names)):
+            item._id = f"{item.nodeid}@{'_'.join(names)}"

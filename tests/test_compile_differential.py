@@ -12,8 +12,13 @@ c. random programs (the strategy of tests/test_autodiff.py) compiled with Numba 
    ``SYMGRAD_FUZZ=long`` runs a long profile (``@pytest.mark.slow``);
 d. ``symgrad.value_and_grad`` (one joint Numba kernel) vs eager on the W1, W2, W3, W5 workloads.
 
-In the CI profile the "unary" group, whose Numba kernels tests/test_numba_emit.py checks op by op,
-compiles with the numpy backend; ``SYMGRAD_FUZZ=long`` compiles every group with Numba.
+Every Numba build costs a fraction of a second, and a batch of a few ops builds dozens of loops, so
+the CI profile compiles with Numba each op's first sample variant (with index arrays as inputs and as
+constants) and its other variants with the numpy backend (the same trace, autodiff, partition and
+``CompiledFunctionBackward``; only the loops run as numpy statements); groups whose loops other tests
+build with Numba op by op (the elementwise functions: tests/test_numba_emit.py and
+tests/test_numpy_usage_elementwise.py) and the linalg group (numpy calls joined by elementwise loops)
+compile entirely with the numpy backend.  ``SYMGRAD_FUZZ=long`` compiles every case with Numba.
 
 Every Numba compile costs a fraction of a second, so the op cases of (a) and (b) are compiled in
 a handful of batches: one compiled function per group of ops, taking every case's arrays (and its
@@ -75,17 +80,17 @@ SHAPE_FROM_VALUES = {"bincount"}
 # PyTorch does (torch.linalg.vector_norm(x, 0))
 ZERO_GRADIENT_IS_NONE = {"linalg_vector_norm.zero"}
 BACKEND = "numba"
-# The "unary" group's ops each have their Numba kernel checked alone, values and gradients in both
-# math modes and dtypes, by tests/test_numba_emit.py (its UNARY list holds every one of them): the CI
-# profile compiles this batch with the numpy backend (the same trace, autodiff, partition and
-# CompiledFunctionBackward); SYMGRAD_FUZZ=long compiles every group with Numba.
-NUMPY_IN_CI = {"unary"}
+# Groups the CI profile compiles with the numpy backend (see the module docstring): "unary" (every op
+# in tests/test_numba_emit.py's UNARY list, both math modes and dtypes), the numpy surface's elementwise
+# functions (tests/test_numpy_usage_elementwise.py's COMPILED table) and the linalg group.
+NUMPY_IN_CI = {"unary", "numpy_unary", "numpy_special", "numpy_binary", "numpy_linalg"}
+ALL_NUMBA = os.environ.get("SYMGRAD_FUZZ", "") == "long"
 
 
-def _backend(group: str) -> str:
-    if group in NUMPY_IN_CI and os.environ.get("SYMGRAD_FUZZ", "") != "long":
-        return "numpy"
-    return BACKEND
+def _backend(group: str, variant: int = 0) -> str:
+    if ALL_NUMBA:
+        return BACKEND
+    return "numpy" if group in NUMPY_IN_CI or variant > 0 else BACKEND
 
 
 def _seed(*parts) -> int:
@@ -433,7 +438,10 @@ def _group_outcomes(group: str, dtype) -> dict:
             except Exception as exc:  # noqa: BLE001 - a broken sample fails its own test
                 out[(key, variant, index_inputs)] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
         interactions: list = []
-        by_id = _run_bisecting(cases, interactions, _backend(group)) if cases else {}
+        by_id = {}
+        for backend in sorted({_backend(group, c.variant) for c in cases}):
+            batch = [c for c in cases if _backend(group, c.variant) == backend]
+            by_id.update(_run_bisecting(batch, interactions, backend))
         out.update({c.slot: by_id[c.id] for c in cases})
         _CACHE[cache_key] = out
         _INTERACTIONS[cache_key] = interactions
@@ -446,7 +454,8 @@ def _check_case(key: str, variant: int, index_inputs: bool, dtype, rtol: float, 
     case = Case(key, variant, dtype, index_inputs)
     if outcome.error:
         alone = "alone in its batch" if len(outcome.batch) <= 1 else f"batch {outcome.batch}"
-        pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={_backend(group)!r} failed "
+        backend = _backend(group, variant)
+        pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={backend!r} failed "
                     f"({alone}):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
     assert outcome.traces == 1, f"{case.id}: {outcome.traces} traces for two calls of the same shapes"
     names = [case.op.schema.args[case.paths[i][0]].name + "".join(f"[{p}]" for p in case.paths[i][1:])
@@ -468,8 +477,11 @@ def _check_case(key: str, variant: int, index_inputs: bool, dtype, rtol: float, 
             assert_close(g, want, rtol, f"{where}: gradient of {name!r} (compiled vs eager)", atol_scale)
 
 
-def _params(specs):
-    return [pytest.param(k, v, ii, id=f"{k}-NO_SAMPLE" if v < 0 else f"{k}-{v}" + ("" if ii else "-const_index"))
+def _params(specs, group=None):
+    """One test per case; the cases of a batch share an xdist group, so that one worker builds the
+    batch (under ``--dist loadgroup``; other schedulers ignore the mark)."""
+    return [pytest.param(k, v, ii, id=f"{k}-NO_SAMPLE" if v < 0 else f"{k}-{v}" + ("" if ii else "-const_index"),
+                         marks=pytest.mark.xdist_group(f"differential-{group or _group(k)}"))
             for k, v, ii in specs]
 
 
@@ -507,7 +519,8 @@ def test_ops_whose_shape_comes_from_values_are_refused_when_traced(key):
         compiled(*args)
 
 
-@pytest.mark.parametrize("group", sorted(set(GROUPS) | {_group(k) for k in _OTHER}))
+@pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.xdist_group(f"differential-{g}"))
+                                   for g in sorted(set(GROUPS) | {_group(k) for k in _OTHER})])
 def test_group_batch_fails_only_where_a_case_fails_alone(group):
     """A batch that fails while each of its cases passes alone would be a bug of the combination
     (fusing the loops of several ops); the bisection records it here."""
@@ -520,12 +533,13 @@ def test_every_op_is_covered_and_the_float32_subset_is_differentiable():
     assert {s[0] for s in F64_SPECS} | NO_TRACED_GRADIENT | SHAPE_FROM_VALUES >= set(DIFFERENTIABLE)
 
 
-@pytest.mark.parametrize("key,variant,index_inputs", _params(F32_SPECS))
+@pytest.mark.parametrize("key,variant,index_inputs", _params(F32_SPECS, "float32"))
 def test_op_compiled_matches_eager_float32(key, variant, index_inputs):
     _require_sample(key)
     _check_case(key, variant, index_inputs, symgrad.float32, rtol=1e-4, atol_scale=1.0)
 
 
+@pytest.mark.xdist_group("differential-float32")
 def test_float32_batch_fails_only_where_a_case_fails_alone():
     _group_outcomes("float32", symgrad.float32)
     assert not _INTERACTIONS[("float32", "float32")], _INTERACTIONS[("float32", "float32")]

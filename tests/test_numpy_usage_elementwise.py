@@ -203,25 +203,70 @@ def _fd_grads(f, x, y, eps=1e-6):
     return out
 
 
+def _compile_rows(fns, math_mode):
+    """One value_and_grad of ``sum_i sum(fn_i(x_i, y_i))`` over its own copies of the arguments per row,
+    and one compiled function returning every row's elementwise values: two Numba builds for the whole
+    table instead of two per row (each build costs a fraction of a second)."""
+    def total(*xy):
+        return sum(np.sum(fn(xy[2 * i], xy[2 * i + 1])) for i, fn in enumerate(fns))
+
+    def values(*xy):
+        return tuple(fn(xy[2 * i], xy[2 * i + 1]) for i, fn in enumerate(fns))
+
+    return (symgrad.value_and_grad(total, argnums=tuple(range(2 * len(fns))), math=math_mode),
+            symgrad.compile(values, math=math_mode))
+
+
+@pytest.fixture(scope="module")
+def compiled_table():
+    """{(dtype, math): (per-row values, per-row (gx, gy), total value)} of the whole COMPILED table, or
+    the exception the batch raised (each row then compiles alone, so a failure names its row)."""
+    made = {}
+
+    def get(dtype, math_mode):
+        if (dtype, math_mode) not in made:
+            x, y = _compiled_args(dtype)
+            try:
+                vg, vals = _compile_rows([fn for _, fn, _ in COMPILED], math_mode)
+                args = [a.copy() for _ in COMPILED for a in (x, y)]
+                value, grads = vg(*args)
+                got = [g.detach().numpy() if isinstance(g, symgrad.Tensor) else np.asarray(g) for g in vals(*args)]
+                made[dtype, math_mode] = (got, [grads[2 * i: 2 * i + 2] for i in range(len(COMPILED))], value)
+            except Exception as exc:  # noqa: BLE001 - reported by rerunning each row alone
+                made[dtype, math_mode] = exc
+        return made[dtype, math_mode]
+
+    return get
+
+
 @pytest.mark.parametrize("math_mode", ["vector", "libm"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name,fn,_", COMPILED, ids=[c[0] for c in COMPILED])
-def test_compiled_math_modes(name, fn, _, dtype, math_mode):
+def test_compiled_math_modes(compiled_table, name, fn, _, dtype, math_mode):
     x, y = _compiled_args(dtype)
     loss = lambda a, b: np.sum(fn(a, b))
-    value, (gx, gy) = symgrad.value_and_grad(loss, argnums=(0, 1), math=math_mode)(x, y)
     want = loss(x, y)
     assert np.asarray(want).dtype == dtype
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=2e-6, atol=1e-5)
-    np.testing.assert_allclose(value, want, **tol, err_msg=f"{name}: compiled value ({math_mode})")
+    table = compiled_table(dtype, math_mode)
+    if isinstance(table, Exception):
+        # the batch failed: this row alone, so that the failing row is the one that reports
+        vg, vals = _compile_rows([fn], math_mode)
+        value, (gx, gy) = vg(x, y)
+        got = vals(x, y)[0]
+        got = got.detach().numpy() if isinstance(got, symgrad.Tensor) else np.asarray(got)
+        np.testing.assert_allclose(value, want, **tol, err_msg=f"{name}: compiled value ({math_mode})")
+    else:
+        row = [c[0] for c in COMPILED].index(name)
+        got, (gx, gy) = table[0][row], table[1][row]
+        total = sum(np.sum(f(x, y)) for _, f, _ in COMPILED)
+        np.testing.assert_allclose(table[2], total, **tol, err_msg=f"compiled value of the whole table ({math_mode})")
     assert gx.dtype == dtype and gy.dtype == dtype, f"{name}: gradient dtypes {gx.dtype}, {gy.dtype}"
     fx, fy = _fd_grads(fn, x, y)
     gtol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float64 else dict(rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(gx, fx, **gtol, err_msg=f"{name}: compiled gradient of x ({math_mode})")
     np.testing.assert_allclose(gy, fy, **gtol, err_msg=f"{name}: compiled gradient of y ({math_mode})")
     # elementwise values themselves, from the compiled function (not only their sum)
-    got = symgrad.compile(fn, math=math_mode)(x, y)
-    got = got.detach().numpy() if isinstance(got, symgrad.Tensor) else np.asarray(got)
     assert got.dtype == dtype
     vtol = dict(rtol=1e-13, atol=1e-15) if dtype == np.float64 else dict(rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got, fn(x, y), **vtol, err_msg=f"{name}: compiled elementwise values")
