@@ -14,6 +14,10 @@ import pytest
 from benchmarks import peers, suite
 from benchmarks.workloads import sized
 
+# its tests share the tiny benchmark run (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_bench_suite")
+
 REPO = Path(__file__).resolve().parents[1]
 IMPLS = "hand,numpy,sg-vg,sg-compile,sg-eager,autograd"  # autograd: an optional peer (may be absent)
 STATUSES = {"ok", "skipped", "mismatch", "error"}

@@ -33,6 +33,11 @@ BAD_USER_FILE = '''
 import numpy as np
 import symgrad
 
+# its tests share the CLI runs (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_cli")
+
+
 def unsupported(x):
     return np.fft.fft(x)
 

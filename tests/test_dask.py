@@ -30,6 +30,10 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 import dask_losses as L  # noqa: E402
 
+# its tests share the LocalCluster and the data persisted on it (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_dask")
+
 RTOL = 1e-12
 
 

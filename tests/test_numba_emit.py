@@ -20,6 +20,10 @@ import symgrad
 from codegen import jit
 from codegen.numba_emit import emit_numba, vector_functions
 
+# its tests share the compiled elementwise tables (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_numba_emit")
+
 RTOL = {np.float64: 1e-9, np.float32: 1e-4}
 MODES = ("vector", "libm")
 

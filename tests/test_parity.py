@@ -26,6 +26,10 @@ from pathlib import Path
 
 import pytest
 
+# its tests share the parity programs' results (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_parity")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PARITY_DIR = REPO_ROOT.parent / "shared" / "parity"
 CASES_DIR = PARITY_DIR / "cases"

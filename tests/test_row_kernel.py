@@ -20,6 +20,10 @@ from codegen import numba_emit
 from codegen.row_kernel import emit_row_kernel
 from symgrad.compiler.autodiff import autodiff
 
+# its tests share the compiled losses (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_row_kernel")
+
 
 def _nll(L, labels):
     """Negative log-likelihood of log_softmax (PyTorch's cross_entropy, spelled out)."""

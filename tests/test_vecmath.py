@@ -18,6 +18,10 @@ import pytest
 
 from codegen import vecmath
 
+# its tests share the mpmath references (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_vecmath")
+
 F64, F32 = np.float64, np.float32
 DTYPES = {"f64": F64, "f32": F32}
 MAX_ULP = 2.0
