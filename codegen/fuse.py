@@ -161,6 +161,8 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
         for o in node.outputs:
             if chosen is not None:
                 ready_at[o] = start[id(chosen)]
+            elif node.op == "constant":
+                ready_at[o] = -1    # data baked in at trace time: the glue assigns constants first
             elif op_facts.has(node.op, "broadcast") and isinstance(node.args[0], Value):
                 # loops read an expand's source with broadcast indexing: ready when the source is
                 ready_at[o] = ready_at.get(node.args[0], -1)

@@ -215,9 +215,13 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
     pool = _BufferPool(graph, scatters, group_of, block)
-    body: list[str] = []
+    # constants first: a loop may read one recorded after its first node (fuse.py counts them as ready)
+    hoisted = [n for n in graph.nodes if n.op == "constant" and any(o in needed for o in n.outputs)]
+    body: list[str] = [line for n in hoisted for line in node_statements(n, glue_names, ns)]
     emitted_groups: set[int] = set()
     for n in graph.nodes:
+        if n.op == "constant":
+            continue
         grp = group_of.get(n)
         if grp is not None:
             if id(grp) in emitted_groups:

@@ -289,6 +289,27 @@ def test_sin_and_cos_of_one_argument_are_emitted_side_by_side():
     assert libm.index("cos_ = cos(x_in)") > libm.index("exp_ = exp(mul)")
 
 
+@pytest.mark.parametrize("math", MODES)
+def test_a_constant_recorded_mid_graph_does_not_split_the_loop(math):
+    """A tensor captured from outside becomes a constant node where it is first used, after the loop
+    has started (torch.compile's seed 1 in a scalar loss's joint graph): the glue assigns constants
+    first, so the nodes reading it still join that loop."""
+    c = symgrad.tensor(np.float64(2.5))
+
+    def f(x):
+        s = symgrad.sin(x)
+        return (s * x).sum(), s * c.expand(x.shape) + x
+
+    x = np.linspace(-1.0, 2.0, 64)
+    g = symgrad.trace(f, x)
+    assert [n.op for n in g.nodes].index("constant") > 0
+    e = emit_numba(g, "f", math=math)
+    assert e.source.count("# fused loop") == 1
+    total, out = e.compile()(x)
+    assert_close(total, (np.sin(x) * x).sum(), RTOL[np.float64])
+    assert_close(out, np.sin(x) * 2.5 + x, RTOL[np.float64])
+
+
 def test_constant_powers_use_vpow_when_the_library_lists_it(monkeypatch):
     from codegen import vecmath
 
