@@ -78,6 +78,7 @@ from .kernel_common import (
     scalar_namespace,
     vector_imports,
 )
+from .matmul_glue import contiguous_transposes, mm_statements, transpose_statements
 from .per_element import statement_for
 from .row_kernel import emit_row_kernel
 from .scatter import (
@@ -215,6 +216,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
     pool = _BufferPool(graph, scatters, group_of, block)
+    copied_transposes = contiguous_transposes(graph)
     body: list[str] = []
     emitted_groups: set[int] = set()
     for n in graph.nodes:
@@ -259,7 +261,11 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             body.append(f"    # {node_comment(n)}")
             body.append(f"    {glue_names[out.name]} = np.{ufunc}({glue_names[arg.name]}, out={pool.array(out)})")
             continue
-        body += node_statements(n, glue_names, ns)
+        if n in copied_transposes:
+            body += transpose_statements(n, glue_names)
+            continue
+        mm = mm_statements(n, glue_names) if n.op == "mm" else None
+        body += mm if mm is not None else node_statements(n, glue_names, ns)
     if block is not None:
         body = block.wrap(body, names)
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body

@@ -1,0 +1,73 @@
+"""Matrix products in the Numba backend's Python glue.
+
+The loops fuse elementwise work; a matrix product stays one BLAS call in the glue.  On the small
+products of a loop unrolled in Python (an RNN step is a few 64x64 products), the call itself and
+the layout of its operands decide the time, so the glue
+
+- calls ``np.matmul`` directly (no op wrapper, no ``asarray``: ``mm`` always makes a new 2-D array);
+- computes a product whose inner dimension is 1 (``a[m,1] @ b[1,n]``, an outer product, as the
+  backward of a ``[.., 1]`` readout makes) as a broadcast multiply: each element is one product,
+  so the values are the same, without the BLAS call;
+- makes a contiguous copy of a transpose that is the right operand of several small products
+  (``grad @ W.t()`` once per unrolled step): BLAS's small-matrix kernels are slower on a
+  transposed right operand than the copy, paid once, costs.
+
+>>> import numpy as np, symgrad
+>>> f = lambda h, W: ((h @ W) @ W.t()).sum() + (h @ W.t()).sum()
+>>> g = symgrad.trace(f, np.ones((4, 3)), np.ones((3, 3)))
+>>> [n.op for n in contiguous_transposes(g)]
+['t']
+"""
+
+from __future__ import annotations
+
+from symgrad.ir.graph import Graph, Node, Value
+
+from .emit import _cast_line, node_comment
+
+# m*n*k of the products whose right operand is worth copying out of a transpose: OpenBLAS's
+# small-matrix kernels (these sizes) are slower on it; above, its packing makes the layout free.
+SMALL_PRODUCT = 1 << 18
+
+
+def _product_size(n: Node) -> int:
+    (m, k), (_, cols) = n.args[0].shape, n.args[1].shape
+    return int(m) * int(k) * int(cols)
+
+
+def contiguous_transposes(graph: Graph) -> set[Node]:
+    """The ``t`` nodes of 2-D values the glue computes as contiguous copies: the right operand of at
+    least two small ``mm`` nodes, and not an output of the graph (outputs keep their view)."""
+    users = graph.users()
+    outputs = {v for v in graph.outputs if v is not None}
+    found = set()
+    for n in graph.nodes:
+        if n.op != "t" or len(n.outputs) != 1 or len(n.outputs[0].shape) != 2 or n.outputs[0] in outputs:
+            continue
+        v = n.outputs[0]
+        uses = users.get(v, [])
+        small = [u for u in uses if u.op == "mm" and u.args[1] is v and u.args[0] is not v
+                 and _product_size(u) <= SMALL_PRODUCT]
+        if len(small) >= 2:
+            found.add(n)
+    return found
+
+
+def transpose_statements(n: Node, names: dict) -> list[str]:
+    """``t`` as a contiguous copy (for a node of :func:`contiguous_transposes`)."""
+    src = names[n.args[0].name]
+    return [f"    # {node_comment(n)}: a contiguous copy, the right operand of several small products",
+            f"    {names[n.outputs[0].name]} = np.ascontiguousarray({src}.T)"]
+
+
+def mm_statements(n: Node, names: dict) -> list[str] | None:
+    """The glue of an ``mm`` node, or None to leave it to the op's numpy forward."""
+    a, b = n.args[0], n.args[1]
+    if not (isinstance(a, Value) and isinstance(b, Value) and len(a.shape) == 2 and len(b.shape) == 2):
+        return None
+    target = names[n.outputs[0].name]
+    call = "np.multiply" if a.shape[1] == 1 else "np.matmul"
+    lines = [f"    # {node_comment(n)}" + (": inner dimension 1, a broadcast product" if a.shape[1] == 1 else ""),
+             f"    {target} = {call}({names[a.name]}, {names[b.name]})"]
+    _cast_line(lines, n, names, None)
+    return lines
