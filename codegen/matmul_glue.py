@@ -13,7 +13,9 @@ the layout of its operands decide the time, so the glue
   transposed right operand than the copy, paid once, costs.
 
 >>> import numpy as np, symgrad
->>> f = lambda h, W: ((h @ W) @ W.t()).sum() + (h @ W.t()).sum()
+>>> def f(h, W):
+...     Wt = W.t()
+...     return ((h @ W) @ Wt).sum() + (h @ Wt).sum()
 >>> g = symgrad.trace(f, np.ones((4, 3)), np.ones((3, 3)))
 >>> [n.op for n in contiguous_transposes(g)]
 ['t']
