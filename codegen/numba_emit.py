@@ -64,6 +64,7 @@ from symgrad.rules.printers import FUNCTION_NAMES
 from . import op_facts
 from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
+from .glue_inline import contiguous_transposes, inline_statements
 from .kernel_common import (
     PARALLEL_CHUNKS,
     RANGE_CHECK,
@@ -78,7 +79,6 @@ from .kernel_common import (
     scalar_namespace,
     vector_imports,
 )
-from .matmul_glue import contiguous_transposes, mm_statements, transpose_statements
 from .per_element import statement_for
 from .row_kernel import emit_row_kernel
 from .scatter import (
@@ -261,11 +261,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             body.append(f"    # {node_comment(n)}")
             body.append(f"    {glue_names[out.name]} = np.{ufunc}({glue_names[arg.name]}, out={pool.array(out)})")
             continue
-        if n in copied_transposes:
-            body += transpose_statements(n, glue_names)
-            continue
-        mm = mm_statements(n, glue_names) if n.op == "mm" else None
-        body += mm if mm is not None else node_statements(n, glue_names, ns)
+        inline = inline_statements(n, glue_names, copied_transposes)
+        body += inline if inline is not None else node_statements(n, glue_names, ns)
     if block is not None:
         body = block.wrap(body, names)
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body

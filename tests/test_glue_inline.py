@@ -1,6 +1,6 @@
-"""codegen/matmul_glue.py: matrix products in the Numba glue (direct ``np.matmul``, outer products as
-broadcast multiplies, contiguous copies of reused transposes), checked by what the glue says and by
-the values it computes against torch."""
+"""codegen/glue_inline.py: matrix products and views in the Numba glue (direct ``np.matmul``, outer
+products as broadcast multiplies, contiguous copies of reused transposes, indexing and reshapes),
+checked by what the glue says and by the values it computes against torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from codegen.matmul_glue import SMALL_PRODUCT, contiguous_transposes
+from codegen.glue_inline import SMALL_PRODUCT, contiguous_transposes
 from codegen.numba_emit import emit_numba
 from symgrad.compiler.autodiff import autodiff
 
@@ -68,7 +68,8 @@ def test_glue_calls_matmul_and_multiplies_outer_products():
     arrays = rnn_inputs(steps=3)
     joint = joint_graph(lambda *a: rnn_loss(symgrad, *a), arrays, [1, 2, 3, 4])
     source = emit_numba(joint, "joint").source
-    assert "op_mm(" not in source
+    assert "op_mm(" not in source and "op_select_int(" not in source and "op_view(" not in source
+    assert "= arg0[1]" in source      # xs[1]
     # d(h @ Wo)/dh = grad @ Wo.t() with Wo of shape [hidden, 1]: an outer product
     assert "np.multiply(" in source
     assert "np.ascontiguousarray(arg2.T)" in source
@@ -109,3 +110,30 @@ def test_outer_product_values_and_gradients_match_torch(dtype):
     for s, t in ((us, ut), (vs, vt), (ws, wt)):
         assert s.grad.numpy().dtype == dtype
         np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=rtol, atol=rtol * 1e-2)
+
+
+def test_selects_and_views_are_indexing_and_reshapes():
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(8)
+    x, w = r.standard_normal((3, 4, 5)), r.standard_normal((5, 2))
+
+    def loss(x, w):
+        a = x[-1] @ w                               # select.int(x, 0, -1)
+        b = x.select(2, 1).reshape(-1)              # select.int over the last dim, then a view
+        c = x[:, 2].sum(dim=0, keepdim=True).view(5)
+        return (a ** 2).sum() + (b * b.flip(0)).sum() + (c * w[:, 0]).sum()
+
+    f = symgrad.compile(loss, tiered=False, cache=False)
+    k = f.inspect(symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True))
+    source = k.forward_source + k.backward_source
+    assert "= select.int(" in source and "= view(" in source      # the IR lines, as comments
+    assert "op_select_int(" not in source and "op_view(" not in source
+    xs, ws = symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True)
+    out = f(xs, ws)
+    out.backward()
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = loss(xt, wt)
+    ref.backward()
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
+    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-12, atol=1e-14)
