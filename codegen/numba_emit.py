@@ -346,23 +346,28 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
             f"{names[src.name]}.item()" if src.shape == () else names[src.name])
         if arg not in args:
             args.append(arg)
+    # the arrays the loop writes are named here and passed; the kernel returns only its reductions
+    # (boxing an array it was given into a new Python object costs more than the name does)
     written = [v for v in grp.outputs if v in needed]
-    args += [pool.array(v) for v in written]
+    bound = [f"    {names[v.name]} = {pool.array(v)}" for v in written]
+    args += [names[v.name] for v in written]
     args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
     args += [repr(float(value)) for _, value in constants]
-    results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
+    results = [names[r.output.name] for r in grp.reductions]
     target = ", ".join(results) + ("," if len(results) == 1 else "")
     if checks:
         ns.update(index_in_bounds=index_in_bounds, raise_index_error=raise_index_error)
     lines = checks + [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
-                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
+                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")] + bound
+    call = f"group_{k}({', '.join(args)})"
     if checked:
-        flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
-        lines.append(f"    {flagged} = group_{k}({', '.join(args)})")
+        flagged = (target + (" " if len(results) == 1 else ", ") if results else "") + "out_of_range_" + \
+            ("" if results else ",")
+        lines.append(f"    {flagged} = {call}")
         lines.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
-        lines.append(f"        {target} = group_{k}_libm({', '.join(args)})")
+        lines.append(f"        {target + ' = ' if results else ''}group_{k}_libm({', '.join(args)})")
     else:
-        lines.append(f"    {target} = group_{k}({', '.join(args)})")
+        lines.append(f"    {target + ' = ' if results else ''}{call}")
     for r in grp.reductions:
         out = names[r.output.name]
         if block is not None:  # a partial sum of this block
@@ -848,8 +853,9 @@ class _LoopKernel:
                     lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
         totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
                   for j, dims in enumerate(self.dims_of)]
-        results = [self._out(v) for v in self.written] + totals
+        results = totals   # the written arrays are the caller's: not returned
         if self.checked:
             results.append("out_of_range.any()" if chunked else "out_of_range")
-        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        if results:
+            lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
         return lines
