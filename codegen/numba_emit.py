@@ -373,12 +373,14 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
         if block is not None:  # a partial sum of this block
             lines.append(f"    total_{out} += {out}")
             continue
-        dims, _ = reduction_dims(r, len(grp.shape))
+        dims, keepdim = reduction_dims(r, len(grp.shape))
         count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
         if op_facts.reduction_kind(r.op) == "mean":
             # the mean of nothing is nan, as numpy's (Python's float division would raise)
             lines.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
         shape = tuple(int(s) for s in r.output.shape)
+        if keepdim and len(dims) < len(grp.shape) and r.output.dtype.np == np.float64:
+            continue   # the float64 accumulator array already has the kept dims' shape
         if shape:
             lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
         elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
