@@ -113,43 +113,6 @@ def _fusable(node: Node, offload: bool, inline: dict | None) -> bool:
     return not (offload and vectorised_by_numpy(node, inline))
 
 
-# A node moves into a later group only if that group then reads at most this many arrays (kernel arguments).
-MAX_SUNK_INPUTS = 24
-
-
-def _sink_into_consumers(groups: list[Group], member: dict, users: dict) -> list[Group]:
-    """Move each arithmetic node whose value only a later group of the same shape reads into that group.
-
-    An accumulation spread over a loop unrolled in Python (``dW = dW + x_t.T @ g_t`` per step) is a
-    chain of adds whose operands become ready one step apart, so the greedy grouping makes one loop
-    per step, each writing a partial sum the next one reads.  Computed where its only reader runs,
-    the chain is one loop that reads every operand once; the order of the operations is the same, so
-    are the values.  A node moves only if all it reads comes from outside its group (ready, since its
-    group started earlier), and if it has no elementary function (kernels keep a bounded number).
-    Groups run at their ``start``, which stays; a group left empty is dropped.
-    """
-    for grp in reversed(groups):
-        for n in reversed(list(grp.nodes)):
-            readers = users.get(n.output, [])
-            target = member.get(readers[0]) if readers else None
-            if target is None or target is grp or target.start <= grp.start or target.shape != grp.shape:
-                continue
-            if any(member.get(u) is not target for u in readers) or len(n.outputs) != 1:
-                continue
-            if n.expr is None or n.expr.atoms(sympy.Function):
-                continue
-            if any(v.producer is not None and member.get(v.producer) is grp for v in n.inputs):
-                continue
-            inside = {m.output for m in target.nodes} | {n.output}
-            reads = {v for m in target.nodes + [n] for v in m.inputs if v not in inside}
-            if len(reads) > MAX_SUNK_INPUTS:
-                continue
-            grp.nodes.remove(n)
-            target.nodes.insert(0, n)
-            member[n] = target
-    return [grp for grp in groups if grp.nodes]
-
-
 def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None) -> list[Group]:
     """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
 
@@ -204,12 +167,10 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
             else:
                 ready_at[o] = pos
 
-    for grp in groups:
-        grp.start = start[id(grp)]
     users = graph.users()
-    groups = _sink_into_consumers(groups, member, users)
     graph_outputs = {v for v in graph.outputs if v is not None}
     for grp in groups:
+        grp.start = start[id(grp)]
         inside = {n.output for n in grp.nodes}
         seen_inputs: set[Value] = set()
         for n in grp.nodes:

@@ -218,16 +218,16 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     pool = _BufferPool(graph, scatters, group_of, block)
     copied_transposes = contiguous_transposes(graph)
     body: list[str] = []
-    # each loop runs at its group's start (the buffer pool's lifetimes assume so), which is not always
-    # where its first node is: a node may have moved into the group of its only reader
-    starting = {grp.start: grp for grp in groups}
-    for pos, n in enumerate(graph.nodes):
-        grp = starting.get(pos)
+    emitted_groups: set[int] = set()
+    for n in graph.nodes:
+        grp = group_of.get(n)
         if grp is not None:
+            if id(grp) in emitted_groups:
+                continue
+            emitted_groups.add(id(grp))
             if not any(v in needed for v in grp.outputs) and \
                     not any(o in needed for r in grp.reductions for o in r.outputs):
-                grp = None   # nothing the loop computes is used (a value computed and then dropped)
-        if grp is not None:
+                continue   # nothing the loop computes is used (a value computed and then dropped)
             k = len(kernels)
             in_parallel = _parallel_loop(grp, parallel) if block is None else False
             # a loop with many elementary functions keeps libm calls (bounded compile time and memory)
@@ -238,7 +238,6 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
                 twin, _, _ = _kernel_source(grp, f"{k}_libm", names, needed, in_parallel)
                 kernels.append(decorator(in_parallel, fastmath) + "\n" + twin)
             body += _loop_call_lines(grp, k, glue_names, needed, pool, block, constants, checked, ns)
-        if n in group_of:
             continue
         if n in fused_reduction or n in scattered or not any(o in needed for o in n.outputs):
             continue
