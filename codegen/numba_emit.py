@@ -64,6 +64,7 @@ from symgrad.rules.printers import FUNCTION_NAMES
 from . import op_facts
 from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
+from .glue_inline import contiguous_transposes, inline_statements
 from .kernel_common import (
     PARALLEL_CHUNKS,
     RANGE_CHECK,
@@ -217,6 +218,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     pool = _BufferPool(graph, scatters, group_of, block)
     # constants first: a loop may read one recorded after its first node (fuse.py counts them as ready)
     hoisted = [n for n in graph.nodes if n.op == "constant" and any(o in needed for o in n.outputs)]
+    copied_transposes = contiguous_transposes(graph)
     body: list[str] = [line for n in hoisted for line in node_statements(n, glue_names, ns)]
     emitted_groups: set[int] = set()
     for n in graph.nodes:
@@ -263,7 +265,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             body.append(f"    # {node_comment(n)}")
             body.append(f"    {glue_names[out.name]} = np.{ufunc}({glue_names[arg.name]}, out={pool.array(out)})")
             continue
-        body += node_statements(n, glue_names, ns)
+        inline = inline_statements(n, glue_names, copied_transposes)
+        body += inline if inline is not None else node_statements(n, glue_names, ns)
     if block is not None:
         body = block.wrap(body, names)
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body
@@ -347,34 +350,41 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
             f"{names[src.name]}.item()" if src.shape == () else names[src.name])
         if arg not in args:
             args.append(arg)
+    # the arrays the loop writes are named here and passed; the kernel returns only its reductions
+    # (boxing an array it was given into a new Python object costs more than the name does)
     written = [v for v in grp.outputs if v in needed]
-    args += [pool.array(v) for v in written]
+    bound = [f"    {names[v.name]} = {pool.array(v)}" for v in written]
+    args += [names[v.name] for v in written]
     args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
     args += [repr(float(value)) for _, value in constants]
-    results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
+    results = [names[r.output.name] for r in grp.reductions]
     target = ", ".join(results) + ("," if len(results) == 1 else "")
     if checks:
         ns.update(index_in_bounds=index_in_bounds, raise_index_error=raise_index_error)
     lines = checks + [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
-                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
+                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")] + bound
+    call = f"group_{k}({', '.join(args)})"
     if checked:
-        flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
-        lines.append(f"    {flagged} = group_{k}({', '.join(args)})")
+        flagged = (target + (" " if len(results) == 1 else ", ") if results else "") + "out_of_range_" + \
+            ("" if results else ",")
+        lines.append(f"    {flagged} = {call}")
         lines.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
-        lines.append(f"        {target} = group_{k}_libm({', '.join(args)})")
+        lines.append(f"        {target + ' = ' if results else ''}group_{k}_libm({', '.join(args)})")
     else:
-        lines.append(f"    {target} = group_{k}({', '.join(args)})")
+        lines.append(f"    {target + ' = ' if results else ''}{call}")
     for r in grp.reductions:
         out = names[r.output.name]
         if block is not None:  # a partial sum of this block
             lines.append(f"    total_{out} += {out}")
             continue
-        dims, _ = reduction_dims(r, len(grp.shape))
+        dims, keepdim = reduction_dims(r, len(grp.shape))
         count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
         if op_facts.reduction_kind(r.op) == "mean":
             # the mean of nothing is nan, as numpy's (Python's float division would raise)
             lines.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
         shape = tuple(int(s) for s in r.output.shape)
+        if keepdim and len(dims) < len(grp.shape) and r.output.dtype.np == np.float64:
+            continue   # the float64 accumulator array already has the kept dims' shape
         if shape:
             lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
         elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
@@ -849,8 +859,9 @@ class _LoopKernel:
                     lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
         totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
                   for j, dims in enumerate(self.dims_of)]
-        results = [self._out(v) for v in self.written] + totals
+        results = totals   # the written arrays are the caller's: not returned
         if self.checked:
             results.append("out_of_range.any()" if chunked else "out_of_range")
-        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        if results:
+            lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
         return lines

@@ -498,3 +498,27 @@ def test_buffer_pool_reuses_the_lowest_free_slot(monkeypatch, shape, parallel):
     joint = autodiff(symgrad.trace(make_loss(shape, 40, symgrad), example_input(shape)), [0])
     emit_numba(joint, "joint", parallel=parallel)
     assert found and any(slot is not None for slot in found)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_partial_reductions_keep_their_shape_and_dtype(dtype, keepdim):
+    """A float64 reduction over some dims with keepdim is the loop's accumulator as it is; the other
+    cases are reshaped or cast in the glue."""
+    r = np.random.default_rng(4)
+    x = r.standard_normal((5, 6, 7)).astype(dtype)
+
+    def f(x):
+        y = symgrad.exp(x * 0.5)
+        return y.sum(dim=1, keepdim=keepdim), (y * x).mean(dim=(0, 2), keepdim=keepdim), y.sum(dim=2, keepdim=keepdim)
+
+    g = symgrad.trace(f, x)
+    e = emit_numba(g, "forward")
+    outs = e.compile(cache=False)(x)
+    y = np.exp(x.astype(np.float64) * 0.5)
+    wants = [y.sum(axis=1, keepdims=keepdim), (y * x).mean(axis=(0, 2), keepdims=keepdim),
+             y.sum(axis=2, keepdims=keepdim)]
+    for got, want in zip(outs, wants):
+        assert isinstance(got, np.ndarray) and got.dtype == dtype and got.shape == want.shape
+        assert_close(got, want, RTOL[dtype])
+    assert (".reshape(" in e.source) == (not keepdim or dtype == np.float32)
