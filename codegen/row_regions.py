@@ -33,6 +33,8 @@ from . import op_facts
 from .per_element import statement_for
 
 ROW_REDUCTIONS = ("sum", "mean", "amax", "amin")
+# ops over the last dim that the row kernel writes out as its steps (a max, a sum, ...): ``(x, dim, ...)``
+ROW_OPS = ("_softmax", "_log_softmax")
 
 
 @dataclass(eq=False)
@@ -75,6 +77,11 @@ def _candidate(n: Node) -> tuple[tuple, int] | None:
         if kind not in ROW_REDUCTIONS or not op_facts.reduces_over_dim(n.op) or last != 1 or \
                 not isinstance(x, Value) or tuple(x.shape[:-1]) != lead or not _last_dim_only(n.args[1], len(x.shape)) \
                 or not bool(n.args[2]) or (kind in ("sum", "mean") and len(n.args) > 3 and n.args[3] is not None):
+            return None
+        return lead, last
+    if n.op in ROW_OPS:
+        x = n.args[0]
+        if not isinstance(x, Value) or tuple(x.shape) != tuple(o.shape) or not _last_dim_only(n.args[1], len(o.shape)):
             return None
         return lead, last
     if op_facts.has(n.op, "broadcast"):
@@ -136,7 +143,7 @@ def row_regions(graph: Graph, exclude=frozenset()) -> list[RowRegion]:
     found = []
     for r in regions:
         if r.cols is None or r.cols < 2 or r.rows == 0 or \
-                not any(op_facts.reduction_kind(n.op) in ROW_REDUCTIONS for n in r.nodes):
+                not any(op_facts.reduction_kind(n.op) in ROW_REDUCTIONS or n.op in ROW_OPS for n in r.nodes):
             continue
         members = set(r.nodes)
         for n in r.nodes:
@@ -162,7 +169,9 @@ def region_graph(r: RowRegion) -> Graph:
         g.placeholders.append(nv)
     for n in r.nodes:
         args = [new[a] if isinstance(a, Value) else a for a in n.args]
-        if op_facts.reduction_kind(n.op) is not None:
+        if n.op in ROW_OPS:
+            args[1] = 1
+        elif op_facts.reduction_kind(n.op) is not None:
             args[1] = [1] if isinstance(args[1], (list, int)) else (1,)
         elif op_facts.has(n.op, "broadcast"):
             args[1] = (r.rows, r.cols)
