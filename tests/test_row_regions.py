@@ -187,3 +187,20 @@ def test_region_starts_after_its_inputs():
     positions = {n: i for i, n in enumerate(g.nodes)}
     for v in second.inputs:
         assert v.producer is None or positions[v.producer] < second.start
+
+
+@pytest.mark.parametrize("name", ["attention", "log_softmax"])
+def test_split_forward_and_backward(name):
+    """Through the Tensor API the forward and the backward are separate kernels (the backward reads what
+    the forward saved): each runs its row parts as row kernels."""
+    args = _inputs((2, 9), seed=4)
+    f = symgrad.compile(lambda *a: LOSSES[name](symgrad, *a))
+    ts = [symgrad.tensor(a, requires_grad=i > 0) for i, a in enumerate(args)]
+    loss = f(*ts)
+    loss.backward()
+    want_value, want_grads = _torch(LOSSES[name], args)
+    np.testing.assert_allclose(loss.item(), want_value, rtol=1e-10)
+    for t, want in zip(ts[1:], want_grads):
+        np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-9, atol=1e-12)
+    k = f.kernels_for(*args, wrt=[1, 2, 3])
+    assert REGION in k.forward_source and REGION in k.backward_source
