@@ -202,11 +202,13 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     # (16 lanes; SVML on AVX-512), while codegen.vecmath's float32 variants compute in float64 and are
     # slower than numpy's
     # rows reduced and used again between matrix products (a softmax): row kernels, the rest fused loops
-    regions = _row_region_kernels(graph, vector, vector_import, fastmath, parallel) if vectorise else []
+    scatters = scatter_accumulations(graph)
+    # (an add that scatters into its other operand stays with the glue's scatter)
+    regions = _row_region_kernels(graph, vector, vector_import, fastmath, parallel, set(scatters)) \
+        if vectorise else []
     in_region = {n: r for r in regions for n in r[0].nodes}
     groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)},
                            exclude=set(in_region))
-    scatters = scatter_accumulations(graph)
     scattered = {p for p, _ in scatters.values()}
     # scatter-adds (and the gathers feeding them) that run as Numba loops (codegen/scatter.py)
     scatter_plans = scatter_loops(graph, scatters, {v for g in groups for v in g.outputs})
@@ -299,10 +301,12 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
 
 
-def _row_region_kernels(graph: Graph, vector: dict, vector_import: str, fastmath: bool, parallel) -> list:
-    """``[(region, row kernel)]`` of the graph's row regions (:mod:`codegen.row_regions`) a row kernel takes."""
+def _row_region_kernels(graph: Graph, vector: dict, vector_import: str, fastmath: bool, parallel,
+                        exclude: set) -> list:
+    """``[(region, row kernel)]`` of the graph's row regions (:mod:`codegen.row_regions`) a row kernel
+    takes, without the nodes in ``exclude``."""
     found = []
-    for region in row_regions(graph):
+    for region in row_regions(graph, exclude):
         threads = parallel is True or (parallel == "auto" and _threads_pay(region.rows * region.cols))
         kernel = emit_row_region(region_graph(region), vector=vector, vector_import=vector_import,
                                  fastmath=fastmath, parallel=threads)
