@@ -204,3 +204,24 @@ def test_split_forward_and_backward(name):
         np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-9, atol=1e-12)
     k = f.kernels_for(*args, wrt=[1, 2, 3])
     assert REGION in k.forward_source and REGION in k.backward_source
+
+
+def test_cross_entropy_of_a_product_keeps_its_scatter():
+    """The gradient of ``log_softmax(x @ w)[arange, t]`` adds a scatter of one value per row into the
+    softmax's gradient; that add scatters in the glue, so it stays out of the row kernel (which then
+    reads its result)."""
+    import torch.nn.functional as TF
+
+    import symgrad.nn.functional as F
+
+    r = np.random.default_rng(5)
+    x, w, t = r.standard_normal((8, 5)), r.standard_normal((5, 4)), r.integers(0, 4, 8)
+    vg = symgrad.value_and_grad(symgrad.compile(lambda x, w, t: F.cross_entropy(x @ w, t, label_smoothing=0.1)),
+                                argnums=(0, 1))
+    value, grads = vg(x, w, t)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = TF.cross_entropy(tx @ tw, torch.tensor(t), label_smoothing=0.1)
+    ref.backward()
+    np.testing.assert_allclose(value, ref.item(), rtol=1e-12)
+    for got, want in zip(grads, (tx.grad, tw.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-14)
