@@ -80,7 +80,8 @@ from .kernel_common import (
     vector_imports,
 )
 from .per_element import statement_for
-from .row_kernel import emit_row_kernel
+from .row_kernel import emit_row_kernel, emit_row_region
+from .row_regions import region_graph, row_regions
 from .scatter import (
     gather_read,
     index_in_bounds,
@@ -201,8 +202,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
     # (16 lanes; SVML on AVX-512), while codegen.vecmath's float32 variants compute in float64 and are
     # slower than numpy's
-    groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
+    # rows reduced and used again between matrix products (a softmax): row kernels, the rest fused loops
     scatters = scatter_accumulations(graph)
+    # (an add that scatters into its other operand stays with the glue's scatter)
+    regions = _row_region_kernels(graph, vector, vector_import, fastmath, parallel, set(scatters)) \
+        if vectorise else []
+    in_region = {n: r for r in regions for n in r[0].nodes}
+    groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)},
+                           exclude=set(in_region))
     scattered = {p for p, _ in scatters.values()}
     # scatter-adds (and the gathers feeding them) that run as Numba loops (codegen/scatter.py)
     scatter_plans = scatter_loops(graph, scatters, {v for g in groups for v in g.outputs})
@@ -215,7 +222,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed)
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
-    pool = _BufferPool(graph, scatters, group_of, block)
+    pool = _BufferPool(graph, scatters, group_of, block, {n: r[0].start for n, r in in_region.items()})
     # constants first: a loop may read one recorded after its first node (fuse.py counts them as ready)
     hoisted = [n for n in graph.nodes if n.op == "constant" and any(o in needed for o in n.outputs)]
     copied_transposes = contiguous_transposes(graph)
@@ -223,6 +230,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     emitted_groups: set[int] = set()
     for n in graph.nodes:
         if n.op == "constant":
+            continue
+        if n in in_region:
+            region, kernel = in_region[n]
+            if id(region) not in emitted_groups:
+                emitted_groups.add(id(region))
+                sources, lines = _row_region_lines(region, kernel, len(kernels), glue_names, pool)
+                kernels += sources
+                body += lines
             continue
         grp = group_of.get(n)
         if grp is not None:
@@ -256,6 +271,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         if n in scatters:
             body += _scatter_statements(n, *scatters[n], glue_names, ns, graph, group_of)
             continue
+        if block is None and _pooled_product(n) and pool.poolable(n.outputs[0]):
+            # a fresh result array per call costs a page fault per 4 KiB whenever malloc has handed
+            # the freed one back to the system; a pooled buffer is already mapped
+            out = n.outputs[0]
+            a, b = (glue_names[v.name] for v in n.args[:2])
+            body.append(f"    # {node_comment(n)}")
+            body.append(f"    {glue_names[out.name]} = np.matmul({a}, {b}, out={pool.array(out)})")
+            continue
         ufunc = _plain_ufunc(n)
         if ufunc is not None and pool.poolable(n.outputs[0]):
             (arg,) = n.inputs
@@ -280,8 +303,42 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
         glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    imports = vector_imports(vector_import) if vectorise else ""
+    extra = "from codegen.scalar_math import rmax, rmin" if regions else ""
+    imports = vector_imports(extra, vector_import) if vectorise else ""
     return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
+
+
+def _row_region_kernels(graph: Graph, vector: dict, vector_import: str, fastmath: bool, parallel,
+                        exclude: set) -> list:
+    """``[(region, row kernel)]`` of the graph's row regions (:mod:`codegen.row_regions`) a row kernel
+    takes, without the nodes in ``exclude``."""
+    found = []
+    for region in row_regions(graph, exclude):
+        threads = parallel is True or (parallel == "auto" and _threads_pay(region.rows * region.cols))
+        kernel = emit_row_region(region_graph(region), vector=vector, vector_import=vector_import,
+                                 fastmath=fastmath, parallel=threads)
+        if kernel is not None:
+            found.append((region, kernel))
+    return found
+
+
+def _row_region_lines(region, kernel, index: int, names: dict, pool) -> tuple[list[str], list[str]]:
+    """The region's kernel sources and the glue running it: its outputs' arrays (pooled where they may
+    be), then the kernel on 2-D views of its inputs and outputs."""
+    def flat(v: Value, src: str) -> str:
+        shape = region.flat(tuple(v.shape))
+        return src if len(v.shape) == len(shape) else f"{src}.reshape({shape!r})"
+
+    lines = [f"    # row kernel {index}: {len(region.nodes)} nodes over {region.rows} rows of {region.cols} "
+             "(codegen/row_regions.py)"]
+    lines += [f"    # {node_comment(n)}" for n in region.nodes]
+    outs = {}
+    for v in region.outputs:
+        lines.append(f"    {names[v.name]} = {pool.array(v)}")
+        outs[v.name] = flat(v, names[v.name])
+    args = {v.name: (names[v.name] if v.shape == () else flat(v, names[v.name])) for v in region.inputs}
+    sources, call = kernel.call(index, args, outs)
+    return sources, lines + [call]
 
 
 def _value_names(graph: Graph) -> dict[str, str]:
@@ -491,6 +548,20 @@ def _plain_ufunc(n) -> str | None:
     return _UFUNCS.get(type(e).__name__)
 
 
+# Matrix products the glue computes with ``np.matmul(a, b, out=buffer)`` (their numpy forward is
+# ``np.matmul``): the operands' dtype is the result's, so numpy computes exactly what the forward would.
+_POOLED_PRODUCTS = ("mm", "bmm")
+
+
+def _pooled_product(n) -> bool:
+    """Whether ``n`` is a floating-point matrix product whose result may go into a pooled buffer."""
+    if n.op not in _POOLED_PRODUCTS or len(n.args) != 2 or len(n.outputs) != 1:
+        return False
+    out = n.outputs[0]
+    return out.dtype.is_floating_point and all(isinstance(v, Value) and v.dtype is out.dtype and len(v.shape) ==
+                                               len(out.shape) for v in n.args)
+
+
 class _BufferPool:
     """Which intermediate arrays may live in reused buffers, and their slots in ``buf_``.
 
@@ -498,7 +569,7 @@ class _BufferPool:
     order), so the pool holds about as much as the graph's live intermediates at their peak.
     """
 
-    def __init__(self, graph: Graph, scatters: dict, group_of: dict, block=None) -> None:
+    def __init__(self, graph: Graph, scatters: dict, group_of: dict, block=None, starts: dict | None = None) -> None:
         self.block = block
         self.users = graph.users()
         self.outputs = {v for v in graph.outputs if v is not None}
@@ -513,6 +584,7 @@ class _BufferPool:
         self._now = -1                      # the latest place a slot was asked for
         # where each node's work happens: a loop runs all its nodes at its first node's place
         self.at = {n: (group_of[n].start if n in group_of else i) for i, n in enumerate(graph.nodes)}
+        self.at.update(starts or {})   # a row region runs all its nodes at its first node's place
         # an index_put_add folded into a scatter runs where its add is: its values stay live until then
         for add, (put, _) in scatters.items():
             self.at[put] = max(self.at[put], self.at[add])

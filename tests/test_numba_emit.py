@@ -522,3 +522,30 @@ def test_partial_reductions_keep_their_shape_and_dtype(dtype, keepdim):
         assert isinstance(got, np.ndarray) and got.dtype == dtype and got.shape == want.shape
         assert_close(got, want, RTOL[dtype])
     assert (".reshape(" in e.source) == (not keepdim or dtype == np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matrix_products_write_into_pooled_buffers(dtype):
+    """Intermediate ``mm``/``bmm`` results go into the buffer pool (``np.matmul(..., out=buf_[k])``);
+    returned ones (and views of them) never do, so a later call cannot change an earlier call's results."""
+    def loss(A, B, C):
+        return symgrad.sum(symgrad.tanh(symgrad.tanh(A @ B) @ C) ** 2)
+
+    r = np.random.default_rng(3)
+    vg = symgrad.value_and_grad(symgrad.compile(loss, parallel=False), argnums=(0, 1, 2))
+    shapes = [(2, 6, 5), (2, 5, 4), (2, 4, 3)]
+    calls = [[r.standard_normal(s).astype(dtype) for s in shapes] for _ in range(2)]
+    results = [vg(*args) for args in calls]   # both calls made before either is checked
+    for args, (value, grads) in zip(calls, results):
+        ts = [symgrad.tensor(a, requires_grad=True) for a in args]
+        ref = loss(*ts)
+        ref.backward()
+        assert_close(value, ref.item(), RTOL[dtype])
+        for got, t in zip(grads, ts):
+            assert got.dtype == dtype
+            assert_close(got, t.grad.numpy(), RTOL[dtype])
+    src = vg.compiled.kernels_for(*calls[0], wrt=[0, 1, 2], joint_kernel=True).joint_source
+    assert re.search(r"= np\.matmul\(\w+, \w+, out=buf_\[\d+\]\)", src)
+    returned = re.search(r"return \((.*)\)", src).group(1).replace(" ", "").split(",")
+    for name in filter(None, returned[1:]):
+        assert not re.search(rf"\b{name} = np\.matmul\(.*out=buf_", src)
