@@ -113,12 +113,15 @@ def _fusable(node: Node, offload: bool, inline: dict | None) -> bool:
     return not (offload and vectorised_by_numpy(node, inline))
 
 
-def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None) -> list[Group]:
+def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None,
+                  exclude=frozenset()) -> list[Group]:
     """Group the graph's elementwise nodes (joined by same-shape values) into loop nests.
 
     With ``offload``, nodes that numpy vectorises (:func:`vectorised_by_numpy`) stay outside
     the loops and run as numpy calls between them, unless all their SIMD functions are among
     ``inline[dtype name]`` (computed by vectorised code inside the loop).
+
+    Nodes in ``exclude`` (run by other kernels) join no group.
 
     A node joins the group of a same-shape producer only if everything else it reads is ready
     before that group starts: the group then runs at its first node's position, all at once.
@@ -131,7 +134,7 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
     last_of_shape: dict[tuple, Group] = {}
     for pos, node in enumerate(graph.nodes):
         chosen = None
-        if node not in scatters and _fusable(node, offload, inline):
+        if node not in scatters and node not in exclude and _fusable(node, offload, inline):
             shape = tuple(node.output.shape)
             for v in node.inputs:
                 p = v.producer
@@ -161,6 +164,8 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
         for o in node.outputs:
             if chosen is not None:
                 ready_at[o] = start[id(chosen)]
+            elif node.op == "constant":
+                ready_at[o] = -1    # data baked in at trace time: the glue assigns constants first
             elif op_facts.has(node.op, "broadcast") and isinstance(node.args[0], Value):
                 # loops read an expand's source with broadcast indexing: ready when the source is
                 ready_at[o] = ready_at.get(node.args[0], -1)
@@ -183,7 +188,8 @@ def fusion_groups(graph: Graph, offload: bool = True, inline: dict | None = None
         for n in grp.nodes:
             v = n.output
             for u in users.get(v, []):
-                if u not in reductions and u.args[0] is v and reduction_dims(u, len(grp.shape)) is not None:
+                if u not in reductions and u not in exclude and u.args[0] is v and \
+                        reduction_dims(u, len(grp.shape)) is not None:
                     reductions.add(u)
                     grp.reductions.append(u)
         reduced = {r.args[0] for r in grp.reductions}

@@ -64,6 +64,7 @@ from symgrad.rules.printers import FUNCTION_NAMES
 from . import op_facts
 from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
+from .glue_inline import contiguous_transposes, inline_statements
 from .kernel_common import (
     PARALLEL_CHUNKS,
     RANGE_CHECK,
@@ -79,7 +80,8 @@ from .kernel_common import (
     vector_imports,
 )
 from .per_element import statement_for
-from .row_kernel import emit_row_kernel
+from .row_kernel import emit_row_kernel, emit_row_region
+from .row_regions import region_graph, row_regions
 from .scatter import (
     gather_read,
     index_in_bounds,
@@ -200,8 +202,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     # float32 functions stay offloaded where numpy has SIMD code for them: numpy's are native float32
     # (16 lanes; SVML on AVX-512), while codegen.vecmath's float32 variants compute in float64 and are
     # slower than numpy's
-    groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)})
+    # rows reduced and used again between matrix products (a softmax): row kernels, the rest fused loops
     scatters = scatter_accumulations(graph)
+    # (an add that scatters into its other operand stays with the glue's scatter)
+    regions = _row_region_kernels(graph, vector, vector_import, fastmath, parallel, set(scatters)) \
+        if vectorise else []
+    in_region = {n: r for r in regions for n in r[0].nodes}
+    groups = fusion_groups(graph, offload, {"float64": frozenset(_SYMPY_NAMES.get(f, f) for f in vector)},
+                           exclude=set(in_region))
     scattered = {p for p, _ in scatters.values()}
     # scatter-adds (and the gathers feeding them) that run as Numba loops (codegen/scatter.py)
     scatter_plans = scatter_loops(graph, scatters, {v for g in groups for v in g.outputs})
@@ -214,10 +222,23 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
     block = None if parallel is True else _block_plan(graph, groups, group_of, fused_reduction, scatters, needed)
     # the glue's names: inside a block loop, a 1-D input is read through its block ``<name>_b``
     glue_names = names if block is None else {**names, **block.block_names}
-    pool = _BufferPool(graph, scatters, group_of, block)
-    body: list[str] = []
+    pool = _BufferPool(graph, scatters, group_of, block, {n: r[0].start for n, r in in_region.items()})
+    # constants first: a loop may read one recorded after its first node (fuse.py counts them as ready)
+    hoisted = [n for n in graph.nodes if n.op == "constant" and any(o in needed for o in n.outputs)]
+    copied_transposes = contiguous_transposes(graph)
+    body: list[str] = [line for n in hoisted for line in node_statements(n, glue_names, ns)]
     emitted_groups: set[int] = set()
     for n in graph.nodes:
+        if n.op == "constant":
+            continue
+        if n in in_region:
+            region, kernel = in_region[n]
+            if id(region) not in emitted_groups:
+                emitted_groups.add(id(region))
+                sources, lines = _row_region_lines(region, kernel, len(kernels), glue_names, pool)
+                kernels += sources
+                body += lines
+            continue
         grp = group_of.get(n)
         if grp is not None:
             if id(grp) in emitted_groups:
@@ -250,6 +271,14 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         if n in scatters:
             body += _scatter_statements(n, *scatters[n], glue_names, ns, graph, group_of)
             continue
+        if block is None and _pooled_product(n) and pool.poolable(n.outputs[0]):
+            # a fresh result array per call costs a page fault per 4 KiB whenever malloc has handed
+            # the freed one back to the system; a pooled buffer is already mapped
+            out = n.outputs[0]
+            a, b = (glue_names[v.name] for v in n.args[:2])
+            body.append(f"    # {node_comment(n)}")
+            body.append(f"    {glue_names[out.name]} = np.matmul({a}, {b}, out={pool.array(out)})")
+            continue
         ufunc = _plain_ufunc(n)
         if ufunc is not None and pool.poolable(n.outputs[0]):
             (arg,) = n.inputs
@@ -259,7 +288,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             body.append(f"    # {node_comment(n)}")
             body.append(f"    {glue_names[out.name]} = np.{ufunc}({glue_names[arg.name]}, out={pool.array(out)})")
             continue
-        body += node_statements(n, glue_names, ns)
+        inline = inline_statements(n, glue_names, copied_transposes)
+        body += inline if inline is not None else node_statements(n, glue_names, ns)
     if block is not None:
         body = block.wrap(body, names)
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body
@@ -273,8 +303,42 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         glue.insert(1, f"    buf_ = pool_.pop() if pool_ else ({made},)")
         glue.append("    pool_.append(buf_)")
     glue.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    imports = vector_imports(vector_import) if vectorise else ""
+    extra = "from codegen.scalar_math import rmax, rmin" if regions else ""
+    imports = vector_imports(extra, vector_import) if vectorise else ""
     return NumbaEmitted(name, "\n".join(glue), kernels, ns, imports, math)
+
+
+def _row_region_kernels(graph: Graph, vector: dict, vector_import: str, fastmath: bool, parallel,
+                        exclude: set) -> list:
+    """``[(region, row kernel)]`` of the graph's row regions (:mod:`codegen.row_regions`) a row kernel
+    takes, without the nodes in ``exclude``."""
+    found = []
+    for region in row_regions(graph, exclude):
+        threads = parallel is True or (parallel == "auto" and _threads_pay(region.rows * region.cols))
+        kernel = emit_row_region(region_graph(region), vector=vector, vector_import=vector_import,
+                                 fastmath=fastmath, parallel=threads)
+        if kernel is not None:
+            found.append((region, kernel))
+    return found
+
+
+def _row_region_lines(region, kernel, index: int, names: dict, pool) -> tuple[list[str], list[str]]:
+    """The region's kernel sources and the glue running it: its outputs' arrays (pooled where they may
+    be), then the kernel on 2-D views of its inputs and outputs."""
+    def flat(v: Value, src: str) -> str:
+        shape = region.flat(tuple(v.shape))
+        return src if len(v.shape) == len(shape) else f"{src}.reshape({shape!r})"
+
+    lines = [f"    # row kernel {index}: {len(region.nodes)} nodes over {region.rows} rows of {region.cols} "
+             "(codegen/row_regions.py)"]
+    lines += [f"    # {node_comment(n)}" for n in region.nodes]
+    outs = {}
+    for v in region.outputs:
+        lines.append(f"    {names[v.name]} = {pool.array(v)}")
+        outs[v.name] = flat(v, names[v.name])
+    args = {v.name: (names[v.name] if v.shape == () else flat(v, names[v.name])) for v in region.inputs}
+    sources, call = kernel.call(index, args, outs)
+    return sources, lines + [call]
 
 
 def _value_names(graph: Graph) -> dict[str, str]:
@@ -343,34 +407,41 @@ def _loop_call_lines(grp: Group, k: int, names: dict, needed: set, pool, block, 
             f"{names[src.name]}.item()" if src.shape == () else names[src.name])
         if arg not in args:
             args.append(arg)
+    # the arrays the loop writes are named here and passed; the kernel returns only its reductions
+    # (boxing an array it was given into a new Python object costs more than the name does)
     written = [v for v in grp.outputs if v in needed]
-    args += [pool.array(v) for v in written]
+    bound = [f"    {names[v.name]} = {pool.array(v)}" for v in written]
+    args += [names[v.name] for v in written]
     args += ["m_"] if block is not None else [str(int(s)) for s in grp.shape]
     args += [repr(float(value)) for _, value in constants]
-    results = [names[v.name] for v in written] + [names[r.output.name] for r in grp.reductions]
+    results = [names[r.output.name] for r in grp.reductions]
     target = ", ".join(results) + ("," if len(results) == 1 else "")
     if checks:
         ns.update(index_in_bounds=index_in_bounds, raise_index_error=raise_index_error)
     lines = checks + [f"    # fused loop {k}: {len(grp.nodes)} elementwise nodes over {list(grp.shape)}"
-                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")]
+                      + (f", {len(grp.reductions)} reduction(s)" if grp.reductions else "")] + bound
+    call = f"group_{k}({', '.join(args)})"
     if checked:
-        flagged = target + (" " if len(results) == 1 else ", ") + "out_of_range_"
-        lines.append(f"    {flagged} = group_{k}({', '.join(args)})")
+        flagged = (target + (" " if len(results) == 1 else ", ") if results else "") + "out_of_range_" + \
+            ("" if results else ",")
+        lines.append(f"    {flagged} = {call}")
         lines.append("    if out_of_range_:  # a sin/cos argument too large for the vector functions: use libm")
-        lines.append(f"        {target} = group_{k}_libm({', '.join(args)})")
+        lines.append(f"        {target + ' = ' if results else ''}group_{k}_libm({', '.join(args)})")
     else:
-        lines.append(f"    {target} = group_{k}({', '.join(args)})")
+        lines.append(f"    {target + ' = ' if results else ''}{call}")
     for r in grp.reductions:
         out = names[r.output.name]
         if block is not None:  # a partial sum of this block
             lines.append(f"    total_{out} += {out}")
             continue
-        dims, _ = reduction_dims(r, len(grp.shape))
+        dims, keepdim = reduction_dims(r, len(grp.shape))
         count = int(np.prod([grp.shape[d] for d in dims])) if dims else 1
         if op_facts.reduction_kind(r.op) == "mean":
             # the mean of nothing is nan, as numpy's (Python's float division would raise)
             lines.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
         shape = tuple(int(s) for s in r.output.shape)
+        if keepdim and len(dims) < len(grp.shape) and r.output.dtype.np == np.float64:
+            continue   # the float64 accumulator array already has the kept dims' shape
         if shape:
             lines.append(f"    {out} = np.asarray({out}, dtype={r.output.dtype.np.name!r}).reshape({shape!r})")
         elif r.output.dtype.np != np.float64:  # accumulators are float64: a Python float already is
@@ -477,6 +548,20 @@ def _plain_ufunc(n) -> str | None:
     return _UFUNCS.get(type(e).__name__)
 
 
+# Matrix products the glue computes with ``np.matmul(a, b, out=buffer)`` (their numpy forward is
+# ``np.matmul``): the operands' dtype is the result's, so numpy computes exactly what the forward would.
+_POOLED_PRODUCTS = ("mm", "bmm")
+
+
+def _pooled_product(n) -> bool:
+    """Whether ``n`` is a floating-point matrix product whose result may go into a pooled buffer."""
+    if n.op not in _POOLED_PRODUCTS or len(n.args) != 2 or len(n.outputs) != 1:
+        return False
+    out = n.outputs[0]
+    return out.dtype.is_floating_point and all(isinstance(v, Value) and v.dtype is out.dtype and len(v.shape) ==
+                                               len(out.shape) for v in n.args)
+
+
 class _BufferPool:
     """Which intermediate arrays may live in reused buffers, and their slots in ``buf_``.
 
@@ -484,7 +569,7 @@ class _BufferPool:
     order), so the pool holds about as much as the graph's live intermediates at their peak.
     """
 
-    def __init__(self, graph: Graph, scatters: dict, group_of: dict, block=None) -> None:
+    def __init__(self, graph: Graph, scatters: dict, group_of: dict, block=None, starts: dict | None = None) -> None:
         self.block = block
         self.users = graph.users()
         self.outputs = {v for v in graph.outputs if v is not None}
@@ -499,6 +584,7 @@ class _BufferPool:
         self._now = -1                      # the latest place a slot was asked for
         # where each node's work happens: a loop runs all its nodes at its first node's place
         self.at = {n: (group_of[n].start if n in group_of else i) for i, n in enumerate(graph.nodes)}
+        self.at.update(starts or {})   # a row region runs all its nodes at its first node's place
         # an index_put_add folded into a scatter runs where its add is: its values stay live until then
         for add, (put, _) in scatters.items():
             self.at[put] = max(self.at[put], self.at[add])
@@ -845,8 +931,9 @@ class _LoopKernel:
                     lines.append(f"    total_{j} = acc_{j}.sum(axis=0)")
         totals = [f"total_{j}" if chunked and (len(dims) == rank or 0 in dims) else f"acc_{j}"
                   for j, dims in enumerate(self.dims_of)]
-        results = [self._out(v) for v in self.written] + totals
+        results = totals   # the written arrays are the caller's: not returned
         if self.checked:
             results.append("out_of_range.any()" if chunked else "out_of_range")
-        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        if results:
+            lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
         return lines

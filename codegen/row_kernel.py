@@ -38,6 +38,7 @@ kernel, and adds the chunks' partial sums in chunk order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -120,6 +121,50 @@ def emit_row_kernel(graph: Graph, name: str, *, vector: dict, vector_import: str
         return _RowKernel(graph, name, vector, vector_import, fastmath, parallel).emit()
     except _Unsupported:
         return None
+
+
+class RowRegionKernel:
+    """A row kernel for a part of a graph (:mod:`codegen.row_regions`): its kernel sources and the glue
+    statement calling it on arrays the caller names (the caller reshapes them to 2-D)."""
+
+    def __init__(self, kernel: _RowKernel, kernels: list[str]) -> None:
+        self.kernels = kernels
+        self.scalars = {v.name: v.dtype.is_floating_point for v in kernel.graph.placeholders if kernel.kind[v] == S}
+        self.params = [v.name for v in kernel.graph.placeholders]
+        self.outputs = [v.name for v in kernel.out_params]
+        self.rows, self.cols = kernel.rows, kernel.cols
+        self.constants = [float(value) for _, value in kernel.constants]
+
+    def call(self, index: int, args: dict[str, str], outs: dict[str, str]) -> tuple[list[str], str]:
+        """``(kernel sources named for call ``index``, the glue statement)``: ``args`` maps each input's
+        name to its 2-D array (or scalar) in the glue, ``outs`` each output's to the 2-D array to fill."""
+        kernels = [re.sub(r"\brow_(kernel|block)_0\b", lambda m: f"row_{m.group(1)}_{index}", k) for k in self.kernels]
+        sources = []
+        for name in self.params:
+            if name in self.scalars:
+                sources.append(f"float({args[name]})" if self.scalars[name] else f"{args[name]}.item()")
+            else:
+                sources.append(args[name])
+        sources += [outs[name] for name in self.outputs]
+        sources += [str(self.rows), str(self.cols)] + [repr(c) for c in self.constants]
+        # the kernel also returns its filled outputs and where an index was out of bounds (a region
+        # has no indexing)
+        results = ["_"] * (len(self.outputs) + 2)
+        return kernels, f"    {', '.join(results)}, = row_kernel_{index}({', '.join(sources)})"
+
+
+def emit_row_region(graph: Graph, *, vector: dict, vector_import: str, fastmath: bool = False,
+                    parallel: bool = False) -> RowRegionKernel | None:
+    """A :class:`RowRegionKernel` for the 2-D graph of a row region (:func:`codegen.row_regions.region_graph`),
+    or None when a row kernel does not take it.  Its outputs must be row vectors or row values."""
+    try:
+        kernel = _RowKernel(graph, "row_region", vector, vector_import, fastmath, parallel)
+        emitted = kernel.emit()
+    except _Unsupported:
+        return None
+    if any(v not in kernel.out_params for v in graph.outputs):
+        return None
+    return RowRegionKernel(kernel, emitted.kernels)
 
 
 class _RowKernel:

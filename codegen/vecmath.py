@@ -23,14 +23,14 @@ each function (uniform, log-uniform in |x| over all magnitudes incl. subnormal, 
 =========  =======  =======  ===================================================================
 function   float64  float32  where the float64 maximum is / note
 =========  =======  =======  ===================================================================
-exp        1.00     0.50     0.72 for results above 1e-292; below, one step from correct rounding (*)
+exp        1.00     0.50     0.93 above 1e-292 (0.72 for tanh's _exp64); below, one step from correct rounding (*)
 expm1      1.19     0.51     x near +-ln2/2 (k = +-1)
 log        1.18     0.50     x near 0.7
 log1p      1.27     0.50     x near -0.32
 sin        1.44     0.50     |x| <= SIN_COS_LIMIT_F64 = 2^47
 cos        1.43     0.50     idem
 tanh       1.46     0.51     |x| near 0.55 (where polynomial and exp formula meet)
-sigmoid    1.38     0.51     x near -3.5 (exp's error passes through e / (1 + e))
+sigmoid    1.42     0.51     x near -4.1 (exp's error passes through e / (1 + e))
 erf        0.96     0.51     |x| near 3.8
 pow        1.02     0.51     x**c
 =========  =======  =======  ===================================================================
@@ -206,6 +206,43 @@ def _float_to_int(typingctx, k):
 
 
 @intrinsic
+def _round_scaled(typingctx, x, c):
+    """(k, ki): x*c rounded to an integer (ties to even) as a float64 and as an int64, for |x*c| < 2**50.
+
+    One FMA adds _SHIFTER to the exact product, which rounds it to an integer and leaves that integer in the
+    low mantissa bits: k and ki are one subtraction each (instead of llvm.rint and the _float_to_int addition).
+    Emitted here, without fastmath flags, so that no flag can fold ``(x*c + _SHIFTER) - _SHIFTER`` into x*c."""
+    if x == types.float64 and c == types.float64:
+        tup = types.Tuple((types.float64, types.int64))
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(_F64, [_F64] * 3)
+            fma = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.f64")
+            shifted = builder.call(fma, [args[0], args[1], ir.Constant(_F64, _SHIFTER)])
+            k = builder.fsub(shifted, ir.Constant(_F64, _SHIFTER))
+            ki = builder.sub(builder.bitcast(shifted, _I64), ir.Constant(_I64, _SHIFTER_BITS))
+            return context.make_tuple(builder, tup, (k, ki))
+
+        return tup(x, c), codegen
+    return None
+
+
+@intrinsic
+def _clamp(typingctx, x, lo, hi):
+    """x limited to [lo, hi], with nan passed through (``lo if lo > x``, then ``hi if hi < x``: a nan fails both
+    compares); one vmaxpd and one vminpd per vector."""
+    if x == lo == hi == types.float64:
+
+        def codegen(context, builder, sig, args):
+            v, a, b = args
+            v = builder.select(builder.fcmp_ordered(">", a, v), a, v)
+            return builder.select(builder.fcmp_ordered("<", b, v), b, v)
+
+        return x(x, lo, hi), codegen
+    return None
+
+
+@intrinsic
 def _int_to_float(typingctx, e):
     """float64 of an int64 |e| < 2**51 (sitofp of a vector needs AVX-512DQ; this is two integer/float ops)."""
     if isinstance(e, types.Integer):
@@ -300,11 +337,10 @@ def _horner(typingctx, x, coeffs):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# exp.  x = k*ln2 + r with |r| <= ln2/2 (FMA with ln2 in two parts: the first product is exact, see below), then
-# exp(r) = 1 + r + r^2 q(r) with q a degree-9 fit (relative error of q 2.3e-16, i.e. 1.4e-17 of the result), and
-# the result times 2^k.  2^k is applied as two factors 2^(k>>1) * 2^(k - k>>1): both are normal doubles over the
-# whole clamped range, the first product is exact, and the second rounds once, to inf above the overflow
-# threshold and to the correctly placed subnormal below -708.4.
+# exp.  x = k*ln2 + r with |r| <= ln2/2 (k from one FMA with _SHIFTER, see _round_scaled; r by FMA with ln2 in two
+# parts: the first product is exact, see below), then exp(r) = 1 + r + r^2 q(r) with q a degree-9 fit (relative
+# error of q 2.3e-16, i.e. 1.4e-17 of the result), and the result times 2^k by _scale2, which rounds once: to inf
+# above the overflow threshold and to the correctly placed subnormal below -708.4.
 
 _LOG2E = 1.4426950408889634
 _TINY = 1e-18  # below this, f(x) rounds to f(0) or to x for every function here that squares x
@@ -346,28 +382,39 @@ def _expm1_poly(r):
 
 @_jit
 def vexp_f64(x):
-    """exp(x) for float64 (max error about 0.5 ulp; numpy's special values and boundaries)."""
-    # Clamp so that k fits the exponent arithmetic; results beyond the clamp are inf or 0 anyway.
-    # Written as selects (nan fails both compares and is patched at the end).
-    xc = x if x > -750.0 else -750.0
-    xc = xc if xc < 720.0 else 720.0
+    """exp(x) for float64 (max error about 0.9 ulp; numpy's special values and boundaries)."""
+    # Clamp so that k fits the exponent arithmetic; results beyond the clamp are inf or 0 anyway.  A nan passes
+    # the clamp and stays nan through every step below (also through the scaling).
     # exp(x) rounds to 1 for |x| < 2^-54; computing with 0 there keeps subnormal numbers (a microcode assist per
     # lane, ~100x slower) out of r*r.  The same guard is in every function below whose polynomial squares x.
-    xc = xc if abs(x) > _TINY else 0.0
-    k = _rint(xc * _LOG2E)
+    xc = _clamp(x, -750.0, 720.0)
+    xc = 0.0 if abs(x) < _TINY else xc
+    k, ki = _round_scaled(xc, _LOG2E)
+    r = _fma(-k, _LN2_HI, xc)  # exact (see _exp_reduce)
+    r = _fma(-k, _LN2_LO, r)
+    # exp(r) = 1 + r (1 + r q): the last FMA adds r times a factor near 1 to 1, so the rounding of that factor
+    # counts only |r| <= 0.35 times (summing 1 + (r + r^2 q) instead adds up to about 1 ulp; rounding p once,
+    # as _exp64 does, costs four more operations).
+    p = _fma(r, _fma(r, _horner(r, _EQ64), 1.0), 1.0)
+    return _scale2(p, ki)
+
+
+@_jit
+def _exp64(x):
+    """exp(x) for float64 with max error about 0.73 ulp (vexp_f64's steps, with p rounded once): for tanh, whose
+    formula passes exp's error on."""
+    xc = _clamp(x, -750.0, 720.0)
+    xc = 0.0 if abs(x) < _TINY else xc
+    k, ki = _round_scaled(xc, _LOG2E)
     r_hi = _fma(-k, _LN2_HI, xc)  # exact (see _exp_reduce)
     r_lo = -k * _LN2_LO
     r = r_hi + r_lo
     # p = 1 + r_hi + (r_lo + r^2 q) with 1 + r_hi kept exactly as hi + lo: p is rounded once (max error 0.5 ulp
-    # plus ~0.07, instead of about 1 when r and 1 + (r + r^2 q) were rounded separately).
+    # plus ~0.2, instead of about 1 when r and 1 + (r + r^2 q) were rounded separately).
     hi = 1.0 + r_hi
     lo = (1.0 - hi) + r_hi
     p = hi + (lo + (r_lo + _expm1_poly(r)))
-    y = _scale2(p, _float_to_int(k))
-    return x if x != x else y
-
-
-_exp64 = vexp_f64  # the name the other functions here use
+    return _scale2(p, ki)
 
 
 @_jit
@@ -679,8 +726,9 @@ def vtanh_f32(x):
 def vsigmoid_f64(x):
     """Logistic sigmoid 1 / (1 + exp(-x)) for float64."""
     # e = exp(-|x|) in (0, 1]: sigmoid = 1/(1 + e) for x >= 0 and e/(1 + e) for x < 0, never exp of a large
-    # positive number (no spurious overflow) and one division either way.
-    e = _exp64(-abs(x))
+    # positive number (no spurious overflow) and one division either way.  (vexp_f64, not the more accurate
+    # _exp64: the quotients below pass on at most exp's relative error, and the maximum stays where it was.)
+    e = vexp_f64(-abs(x))
     num = 1.0 if x >= 0.0 else e
     # 1 + e as d_hi + d_lo (exact: 1 >= e), q ~ num / d_hi, then one Newton step on num / (d_hi + d_lo): the
     # rounding of 1 + e and of the quotient no longer add up.
@@ -1107,20 +1155,18 @@ def _expm1_poly32(r):
 
 @_jit
 def _exp32_parts(x):
-    """(s, u) with exp(x) = s (1 + u), s = 2^k, for a float32 x widened to float64 (nan-free, clamped)."""
-    xc = x if x > -110.0 else -110.0  # float32 exp is 0 below -103.98 and inf above 88.73
-    xc = xc if xc < 100.0 else 100.0
-    k = _rint(xc * _LOG2E)
+    """(s, u) with exp(x) = s (1 + u), s = 2^k, for a float32 x widened to float64 (u is nan for a nan x)."""
+    xc = _clamp(x, -110.0, 100.0)  # float32 exp is 0 below -103.98 and inf above 88.73
+    k, ki = _round_scaled(xc, _LOG2E)
     r = _fma(-k, _LN2_HI, xc)
     r = _fma(-k, _LN2_LO, r)
-    return _pow2(_float_to_int(k)), r + _expm1_poly32(r)
+    return _pow2(ki), r + _expm1_poly32(r)
 
 
 @_jit
 def _exp32(x):
     s, u = _exp32_parts(x)
-    y = s + s * u
-    return x if x != x else y
+    return s + s * u  # a nan x passes the clamp and makes u nan
 
 
 @_jit

@@ -293,6 +293,27 @@ def test_sin_and_cos_of_one_argument_are_emitted_side_by_side():
     assert libm.index("cos_ = cos(x_in)") > libm.index("exp_ = exp(mul)")
 
 
+@pytest.mark.parametrize("math", MODES)
+def test_a_constant_recorded_mid_graph_does_not_split_the_loop(math):
+    """A tensor captured from outside becomes a constant node where it is first used, after the loop
+    has started (torch.compile's seed 1 in a scalar loss's joint graph): the glue assigns constants
+    first, so the nodes reading it still join that loop."""
+    c = symgrad.tensor(np.float64(2.5))
+
+    def f(x):
+        s = symgrad.sin(x)
+        return (s * x).sum(), s * c.expand(x.shape) + x
+
+    x = np.linspace(-1.0, 2.0, 64)
+    g = symgrad.trace(f, x)
+    assert [n.op for n in g.nodes].index("constant") > 0
+    e = emit_numba(g, "f", math=math)
+    assert e.source.count("# fused loop") == 1
+    total, out = e.compile()(x)
+    assert_close(total, (np.sin(x) * x).sum(), RTOL[np.float64])
+    assert_close(out, np.sin(x) * 2.5 + x, RTOL[np.float64])
+
+
 def test_constant_powers_use_vpow_when_the_library_lists_it(monkeypatch):
     from codegen import vecmath
 
@@ -481,3 +502,54 @@ def test_buffer_pool_reuses_the_lowest_free_slot(monkeypatch, shape, parallel):
     joint = autodiff(symgrad.trace(make_loss(shape, 40, symgrad), example_input(shape)), [0])
     emit_numba(joint, "joint", parallel=parallel)
     assert found and any(slot is not None for slot in found)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_partial_reductions_keep_their_shape_and_dtype(dtype, keepdim):
+    """A float64 reduction over some dims with keepdim is the loop's accumulator as it is; the other
+    cases are reshaped or cast in the glue."""
+    r = np.random.default_rng(4)
+    x = r.standard_normal((5, 6, 7)).astype(dtype)
+
+    def f(x):
+        y = symgrad.exp(x * 0.5)
+        return y.sum(dim=1, keepdim=keepdim), (y * x).mean(dim=(0, 2), keepdim=keepdim), y.sum(dim=2, keepdim=keepdim)
+
+    g = symgrad.trace(f, x)
+    e = emit_numba(g, "forward")
+    outs = e.compile(cache=False)(x)
+    y = np.exp(x.astype(np.float64) * 0.5)
+    wants = [y.sum(axis=1, keepdims=keepdim), (y * x).mean(axis=(0, 2), keepdims=keepdim),
+             y.sum(axis=2, keepdims=keepdim)]
+    for got, want in zip(outs, wants):
+        assert isinstance(got, np.ndarray) and got.dtype == dtype and got.shape == want.shape
+        assert_close(got, want, RTOL[dtype])
+    assert (".reshape(" in e.source) == (not keepdim or dtype == np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matrix_products_write_into_pooled_buffers(dtype):
+    """Intermediate ``mm``/``bmm`` results go into the buffer pool (``np.matmul(..., out=buf_[k])``);
+    returned ones (and views of them) never do, so a later call cannot change an earlier call's results."""
+    def loss(A, B, C):
+        return symgrad.sum(symgrad.tanh(symgrad.tanh(A @ B) @ C) ** 2)
+
+    r = np.random.default_rng(3)
+    vg = symgrad.value_and_grad(symgrad.compile(loss, parallel=False), argnums=(0, 1, 2))
+    shapes = [(2, 6, 5), (2, 5, 4), (2, 4, 3)]
+    calls = [[r.standard_normal(s).astype(dtype) for s in shapes] for _ in range(2)]
+    results = [vg(*args) for args in calls]   # both calls made before either is checked
+    for args, (value, grads) in zip(calls, results):
+        ts = [symgrad.tensor(a, requires_grad=True) for a in args]
+        ref = loss(*ts)
+        ref.backward()
+        assert_close(value, ref.item(), RTOL[dtype])
+        for got, t in zip(grads, ts):
+            assert got.dtype == dtype
+            assert_close(got, t.grad.numpy(), RTOL[dtype])
+    src = vg.compiled.kernels_for(*calls[0], wrt=[0, 1, 2], joint_kernel=True).joint_source
+    assert re.search(r"= np\.matmul\(\w+, \w+, out=buf_\[\d+\]\)", src)
+    returned = re.search(r"return \((.*)\)", src).group(1).replace(" ", "").split(",")
+    for name in filter(None, returned[1:]):
+        assert not re.search(rf"\b{name} = np\.matmul\(.*out=buf_", src)

@@ -114,3 +114,23 @@ def test_scipy_minimize_over_a_pytree_of_parameters():
     res = scipy_optimize.minimize(fun, flat0, jac=True, method="L-BFGS-B", options={"maxiter": 200})
     assert res.fun < 0.2 * start
     assert res.fun == pytest.approx(numpy_loss(unravel(res.x), X, Y), rel=1e-10)
+
+
+def test_numpy_arrays_need_no_pytree_library(tmp_path):
+    """value_and_grad of numpy arrays takes its fast path: optree is loaded for the first pytree only."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, symgrad\n"
+            "vg = symgrad.value_and_grad(lambda x, w: ((x * w) ** 2).sum(), argnums=1)\n"
+            "value, g = vg(np.arange(3.0), np.ones(3))\n"
+            "assert value == 5.0 and g.tolist() == [0.0, 2.0, 8.0], (value, g)\n"
+            "print('optree' in sys.modules)\n"
+            "value, g = symgrad.value_and_grad(lambda p: (p['w'] ** 2).sum())({'w': np.ones(2)})\n"
+            "assert value == 2.0 and g['w'].tolist() == [2.0, 2.0]\n"
+            "print('optree' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "SYMGRAD_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

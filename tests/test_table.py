@@ -514,3 +514,23 @@ def test_plain_formula_literals_and_operators(text, expected):
 ])
 def test_other_syntax_is_left_to_sympy(text):
     assert table._evaluate_plain(text, _sympy_locals({"x"})) is table._NOT_PLAIN
+
+
+@pytest.mark.parametrize("text, made", [
+    ("grad * cos(self)", set()),                                   # sympy's own functions only
+    ("sum_backward(grad, shape(self), dim, keepdim)", {"sum_backward", "shape"}),
+    ("grad * self__x", set()),                                     # a name that merely contains one
+])
+def test_parsing_makes_only_the_functions_a_formula_names(monkeypatch, text, made):
+    """Making sympy's undefined-function classes is slow the first time: a formula makes only its own."""
+    asked, make = [], sympy.Function
+
+    def function(name):
+        asked.append(name)
+        return make(name)
+
+    monkeypatch.setattr(table.sympy, "Function", function)
+    expr = table._parse_expr(text, {"grad", "self", "dim", "keepdim", "self__x"})
+    monkeypatch.undo()
+    assert set(asked) == made
+    assert {type(f).__name__ for f in expr.atoms(sympy.core.function.AppliedUndef)} == made

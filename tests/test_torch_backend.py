@@ -4,6 +4,7 @@ sizes, graph breaks, fallback to torch for ops symgrad does not lower (symgrad.t
 import copy
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -127,6 +128,43 @@ def test_cross_entropy_loss_and_gradient_in_one_row_kernel(monkeypatch, dtype, k
     source = _sources(made[0])
     assert source.count("def row_kernel_0(") == 1 and "group_" not in source and "op_" not in source
     assert isinstance(made[1], type(joint.scaled_backward([])))       # the backward: a scaling, no kernel
+    # one exponential per element (the gradient's softmax reuses the forward's), and no row of
+    # log-probabilities (the loss reads the one at each row's label)
+    assert len(re.findall(r"\bvexp_f(?:32|64)\(", source)) == 1
+    assert len(re.findall(r"\bvlog_f(?:32|64)\(", source)) == 1             # one log per row
+    assert source.count("np.empty(n1") == 1                                # one row buffer: the exponentials
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dim", [1, -1, 0])
+def test_log_softmax_and_softmax_losses(dtype, dim):
+    """A log-softmax whose backward, in the joint forward, is the softmax of the forward's exponentials
+    (any dim; also when the backward is its own graph), a softmax as torch's CPU kernel computes it,
+    and a log-softmax read both whole and, by a cross-entropy, at the labels."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(16, 16, generator=g, dtype=dtype) * 3).requires_grad_()   # square: any dim has labels
+    w = torch.randn(16, 16, generator=g, dtype=dtype)
+    y = torch.randint(0, 16, (16,), generator=g)
+    y[::4] = -100
+
+    def both(x):
+        logp = F.log_softmax(x, dim)
+        return (logp * w).sum() + F.nll_loss(F.log_softmax(x, 1), y) + F.nll_loss(logp, y)
+
+    for fn in (lambda x: (F.log_softmax(x, dim) * w).sum(), lambda x: (F.softmax(x, dim) * w).sum(), both):
+        compare(fn, [x], dtype)
+        compare(fn, [x], dtype, torch.compile(fn, backend=BACKEND, options={"scalar_loss": "split"}))
+    assert tb.stats()["graphs_fallback"] == 0
+
+
+def test_w1_value_and_gradient_in_one_loop(monkeypatch):
+    """The seed 1 of the joint forward is a constant the trace records in the middle of the graph; the
+    gradient's nodes still join the loop computing the loss (one pass over x)."""
+    made = _runners(monkeypatch)
+    x = torch.linspace(-2, 3, 5000, dtype=torch.float64, requires_grad=True)
+    compare(w1, [x], torch.float64)
+    source = _sources(made[0])
+    assert re.findall(r"^def group_\w+\(", source, re.M) == ["def group_0(", "def group_0_libm("], source
 
 
 def test_scaled_gradients_with_other_seeds_retained_graphs_and_shared_gradients():

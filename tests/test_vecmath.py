@@ -248,6 +248,22 @@ def test_scaling_by_a_power_of_two_rounds_like_ldexp(ldexp, monkeypatch):
     assert steps.max() <= (0 if ldexp else 1)
 
 
+@pytest.mark.parametrize("ldexp", [True, False], ids=["ldexp", "two-factors"])
+@pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh"])
+def test_exp_special_values_on_both_scaling_paths(name, ldexp, monkeypatch):
+    """exp has no final nan patch: a nan passes its clamp and must come out of either scaling as nan."""
+    monkeypatch.setattr(vecmath, "_SCALE_BY_LDEXP", ldexp)
+    loop = _make_loop(_fn(name, "f64"))   # lowered now, with the path chosen above
+    x = np.array(SPECIAL[name] + [-_NAN, 709.0, -709.0, -740.0], dtype=F64)
+    ours = np.empty_like(x)
+    loop(x, ours)
+    ref = _reference_special(name, x)
+    assert np.array_equal(np.isnan(ours), np.isnan(ref))
+    assert np.array_equal(np.signbit(ours[ref == 0]), np.signbit(ref[ref == 0]))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_max_ulp(ours[~np.isnan(ref)], ref[~np.isnan(ref)], maxulp=2)
+
+
 @pytest.mark.parametrize("name,dt", CASES)
 def test_max_ulp_vs_mpmath(name, dt, mp_refs):
     _fn(name, dt)

@@ -48,6 +48,7 @@ from ..autograd.node import ERR_BACKWARD_TWICE, Node
 from ..creation import zeros_like
 from ..ir.graph import Graph, JointGraph
 from ..ir.interpreter import first_nan
+from ..ir.simplify import dce
 from ..ir.tracer import TraceError, numpy_face_eager, trace
 from ..ops import registry
 from ..ops.numpy_surface.face import make_numpy_face
@@ -370,7 +371,8 @@ class CompiledFunction:
             timings.update(autodiff_s=t2 - t1, partition_s=t3 - t2, codegen_s=time.perf_counter() - t3)
         elif kernels is None:
             t2 = time.perf_counter()
-            fwd_fn, fwd_src = emit(graph, "forward")
+            # no gradients: what the outputs do not need (a value traced and dropped) is not computed
+            fwd_fn, fwd_src = emit(dce(graph), "forward")
             kernels = Kernels(graph, None, None, fwd_fn, None, fwd_src, "", [], n_out, graph.output_kind, diff)
             timings.update(codegen_s=time.perf_counter() - t2)
         meta = {"diff_outputs": list(kernels.diff_outputs)}

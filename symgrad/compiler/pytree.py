@@ -18,27 +18,36 @@ array([0., 0., 3., 1., 1., 1., 1.])
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
-import optree
 
 from ..ops import functional as F
 from ..tensor import Tensor
+
+if TYPE_CHECKING:
+    import optree
 
 __all__ = ["tree_flatten", "tree_unflatten", "tree_structure", "ravel_pytree"]
 
 
 def tree_flatten(tree) -> tuple[list, optree.PyTreeSpec]:
     """``(leaves, treespec)`` of ``tree`` (``None`` is an empty subtree, as in JAX)."""
+    import optree  # on first use: numpy arrays in value_and_grad never need it, and it takes ms to load
+
     return optree.tree_flatten(tree, none_is_leaf=False)
 
 
 def tree_unflatten(spec: optree.PyTreeSpec, leaves) -> object:
     """The tree of structure ``spec`` holding ``leaves``."""
+    import optree
+
     return optree.tree_unflatten(spec, list(leaves))
 
 
 def tree_structure(tree) -> optree.PyTreeSpec:
+    import optree
+
     return optree.tree_structure(tree, none_is_leaf=False)
 
 

@@ -17,6 +17,7 @@ import atexit
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -127,6 +128,22 @@ def write_json(path: Path, payload: Any) -> None:
         log.info("symgrad: could not write cache entry %s (%s)", path.name, exc)
 
 
+def _unloaded_numba_version() -> str | None:
+    """``numba.__version__`` without importing Numba: the version in its versioneer file (which
+    ``__version__`` is read from), else the installed distribution's metadata (slower: it scans the
+    path and loads the email parser)."""
+    try:
+        spec = importlib.util.find_spec("numba")
+        text = (Path(spec.origin).parent / "_version.py").read_text()
+        return str(json.loads(text.split("'''")[1])["version"])
+    except (ImportError, AttributeError, TypeError, OSError, IndexError, ValueError, KeyError):
+        pass
+    try:
+        return importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _numba_facts() -> str:
     """Numba's version and thread count, without importing Numba when it is not loaded yet (a first
     call on the numpy tier of ``tiered=True`` does not need it): its thread count is then the one
@@ -134,9 +151,8 @@ def _numba_facts() -> str:
     numba = sys.modules.get("numba")
     if numba is not None and hasattr(numba, "config"):
         return f"{numba.__version__} threads {numba.config.NUMBA_NUM_THREADS}"
-    try:
-        version = importlib.metadata.version("numba")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - numba is a dependency
+    version = _unloaded_numba_version()
+    if version is None:  # pragma: no cover - numba is a dependency
         return "none"
     threads = os.environ.get("NUMBA_NUM_THREADS", "").strip()
     if not threads:

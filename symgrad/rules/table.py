@@ -233,15 +233,23 @@ SYMPY_FUNCTIONS: dict[str, Any] = {
 }
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
 def _parse_expr(text: str, names: set[str], functions=frozenset()) -> sympy.Expr:
+    text = str(text)
+    # undefined functions only for the names the text uses: making sympy's function classes is slow
+    # the first time (the first formula of a process would make all eighty)
+    used = set(_IDENTIFIER.findall(text))
     local = dict(SYMPY_FUNCTIONS)
     for n in names:
         local[n] = sympy.Symbol(n)
-    for fn in vocab.FORMULA_FUNCTIONS | functions:
-        local.setdefault(fn, sympy.Function(fn))
+    for fn in (vocab.FORMULA_FUNCTIONS | functions) & used:
+        if fn not in local:
+            local[fn] = sympy.Function(fn)
     for fn in METADATA_FUNCS:
-        local[fn] = sympy.Function(fn)
-    text = str(text)
+        if fn in used:
+            local[fn] = sympy.Function(fn)
     expr = _evaluate_plain(text, local)
     if expr is not _NOT_PLAIN:
         return expr

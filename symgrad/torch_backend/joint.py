@@ -147,7 +147,7 @@ def scaled_backward(plan):
                 out.append(None)
                 continue
             base, seed = args[entry[0]], args[entry[1]]
-            if hand_over and entry[0] not in handed and bool(seed == 1.0):
+            if hand_over and entry[0] not in handed and seed.item() == 1.0:
                 handed.add(entry[0])
                 out.append(base)
             else:

@@ -61,21 +61,64 @@ def _gelu_backward(g, x, approximate="none"):
     return g * (cdf + x * pdf)
 
 
+class _LogSoftmax:
+    """``log_softmax(x, dim)`` and ``softmax(x, dim)`` as fusable elementwise ops and reductions (the rule
+    table's ops run whole, in numpy) sharing ``exp(x - max)`` and its sum: in a scalar loss's joint
+    forward (:mod:`symgrad.torch_backend.joint`) the backward's ``exp(log_softmax)`` is the softmax of
+    the forward's exponentials, not a second exponential per element."""
+
+    def __init__(self, x, dim: int) -> None:
+        self.x, self.dim = x, dim % x.ndim if x.ndim else dim
+        self.max = x.amax(dim, keepdim=True)
+        self.shifted = x - self.max
+        self.exp = symgrad.exp(self.shifted)
+        self.sum = self.exp.sum(dim, keepdim=True)
+        self._log_sum = None
+
+    def log_sum(self):
+        if self._log_sum is None:
+            self._log_sum = symgrad.log(self.sum)
+        return self._log_sum
+
+    def log_softmax(self):
+        return self.shifted - self.log_sum()
+
+    def picked(self, rows, cols):
+        """``log_softmax()[rows, cols]`` of a 2-d log-softmax over dim 1, from those elements of ``x``
+        alone (the same two subtractions: the same numbers), or None for another layout."""
+        if self.x.ndim != 2 or self.dim != 1:
+            return None
+        n = self.x.shape[0]
+        return (self.x[rows, cols] - self.max.view(n)) - self.log_sum().view(n)
+
+    def softmax(self):
+        # as torch's CPU softmax kernel computes it: exp(x - max) times the reciprocal of its sum
+        return self.exp * (1.0 / self.sum)
+
+
 def _log_softmax(x, dim, half_to_float=False):
-    # as fusable elementwise ops and reductions (the rule table's op runs whole, in numpy)
-    shifted = x - x.amax(dim, keepdim=True)
-    return shifted - symgrad.log(symgrad.exp(shifted).sum(dim, keepdim=True))
+    return _LogSoftmax(x, dim).log_softmax()
 
 
 def _softmax(x, dim, half_to_float=False):
-    e = symgrad.exp(x - x.amax(dim, keepdim=True))
-    return e / e.sum(dim, keepdim=True)
+    return _LogSoftmax(x, dim).softmax()
 
 
-def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
+def _through_detach(node):
+    """The FX node whose value ``node`` is, through detaches and aliases."""
+    while isinstance(node, torch.fx.Node) and node.target in (aten.detach.default, aten.alias.default):
+        node = node.args[0]
+    return node
+
+
+def _nll_loss_forward(logp, target, weight, reduction, ignore_index, log_softmax=None):
+    """``log_softmax``: the :class:`_LogSoftmax` that computed ``logp`` in this graph, if one did."""
     valid = target != ignore_index
     rows = symgrad.arange(logp.shape[0])
-    picked = logp[rows, symgrad.where(valid, target, 0)]      # an ignored row's label may be out of range
+    labels = symgrad.where(valid, target, 0)      # an ignored row's label may be out of range
+    picked = log_softmax.picked(rows, labels) if log_softmax is not None else None
+    if picked is None:
+        picked = logp[rows, labels]
     picked = symgrad.where(valid, picked, 0.0)
     total = valid.to(logp.dtype).sum()
     out = -picked.sum()
@@ -268,6 +311,7 @@ class _Interpreter:
 
     def __call__(self, *inputs):
         env: dict = {}
+        log_softmaxes: dict = {}    # FX _log_softmax node -> its _LogSoftmax
         placeholders = iter(inputs)
         input_ids = {}
         for node in self.nodes:
@@ -284,6 +328,19 @@ class _Interpreter:
                 target = node.target
                 if target in PYTHON_OPS:
                     env[node] = target(*args, **kwargs)
+                elif target is aten._log_softmax.default:
+                    log_softmaxes[node] = _LogSoftmax(args[0], args[1])
+                    env[node] = log_softmaxes[node].log_softmax()
+                elif target is aten._log_softmax_backward_data.default and \
+                        (source := log_softmaxes.get(_through_detach(node.args[1]))) is not None and \
+                        source.dim == args[2] % max(args[0].ndim, 1):
+                    # the log-softmax was computed in this graph: exp(log_softmax(x)) is its softmax
+                    g, dim = args[0], args[2]
+                    env[node] = g - source.softmax() * g.sum(dim, keepdim=True)
+                elif target is aten.nll_loss_forward.default and \
+                        (source := log_softmaxes.get(_through_detach(node.args[0]))) is not None:
+                    # the one log-probability per row it needs, not the whole rows
+                    env[node] = _nll_loss_forward(*args, **kwargs, log_softmax=source)
                 elif target in SPECIAL:
                     env[node] = SPECIAL[target](*args, **kwargs)
                 else:
