@@ -19,6 +19,10 @@ import pytest
 
 import symgrad
 
+# its tests share the CLI runs (module-scoped fixtures, built once per worker): one
+# xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_cli")
+
 REPO = Path(__file__).resolve().parents[1]
 LOSSES = "examples/losses.py"
 W2_ARGS = ["--arg", "x=f64[1000,1000]", "--arg", "w=f64[1000]", "--arg", "b=f64[1000]"]
@@ -32,11 +36,6 @@ SECTION_TITLES = ["=== forward IR ===", "=== joint forward+backward graph ===",
 BAD_USER_FILE = '''
 import numpy as np
 import symgrad
-
-# its tests share the CLI runs (module-scoped fixtures, built once per worker): one
-# xdist worker runs them all
-pytestmark = pytest.mark.xdist_group("test_cli")
-
 
 def unsupported(x):
     return np.fft.fft(x)
