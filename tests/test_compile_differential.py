@@ -604,12 +604,13 @@ def _check_program(prog) -> None:
     assert compiled.stats()["traces"] == 1
 
 
-# SYMGRAD_FUZZ=long: the long profile (2000 programs), and the test is marked slow
+# CI: 12 programs (tests/test_fuzz.py compiles random programs too); SYMGRAD_FUZZ=long: 2000 programs,
+# and the test is marked slow
 _FUZZ_LONG = os.environ.get("SYMGRAD_FUZZ", "") == "long"
 _FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                       phases=[Phase.explicit, Phase.generate, Phase.shrink],  # no example database
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("symgrad-compile-default", max_examples=25, **_FUZZ_SETTINGS)
+settings.register_profile("symgrad-compile-default", max_examples=12, **_FUZZ_SETTINGS)
 settings.register_profile("symgrad-compile-long", max_examples=2000, **_FUZZ_SETTINGS)
 FUZZ_PROFILE = "symgrad-compile-long" if _FUZZ_LONG else "symgrad-compile-default"
 
@@ -626,7 +627,7 @@ def test_random_programs_compiled_match_eager(prog):
 
 
 def test_fuzz_profile_follows_the_environment():
-    want = 2000 if _FUZZ_LONG else 25
+    want = 2000 if _FUZZ_LONG else 12
     assert settings.get_profile(FUZZ_PROFILE).max_examples == want
     marks = {m.name for m in getattr(test_random_programs_compiled_match_eager, "pytestmark", [])}
     assert ("slow" in marks) == _FUZZ_LONG
