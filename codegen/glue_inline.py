@@ -101,9 +101,17 @@ def _mm_statements(n: Node, names: dict) -> list[str] | None:
     a, b = n.args[0], n.args[1]
     if not (isinstance(a, Value) and isinstance(b, Value) and len(a.shape) == 2 and len(b.shape) == 2):
         return None
-    target = names[n.outputs[0].name]
-    call = "np.multiply" if a.shape[1] == 1 else "np.matmul"
-    lines = [f"    # {node_comment(n)}" + (": inner dimension 1, a broadcast product" if a.shape[1] == 1 else ""),
-             f"    {target} = {call}({names[a.name]}, {names[b.name]})"]
+    lines = product_statements(n, names)
     _cast_line(lines, n, names, None)
     return lines
+
+
+def product_statements(n: Node, names: dict, out: str | None = None) -> list[str]:
+    """A matrix product (``mm``/``bmm``) as ``np.matmul``, or as a broadcast multiply when it is an
+    ``mm`` whose inner dimension is 1; ``out``: the array to write it into."""
+    a, b = n.args[0], n.args[1]
+    outer = n.op == "mm" and a.shape[1] == 1
+    call = "np.multiply" if outer else "np.matmul"
+    into = "" if out is None else f", out={out}"
+    return [f"    # {node_comment(n)}" + (": inner dimension 1, a broadcast product" if outer else ""),
+            f"    {names[n.outputs[0].name]} = {call}({names[a.name]}, {names[b.name]}{into})"]

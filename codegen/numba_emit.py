@@ -64,7 +64,7 @@ from symgrad.rules.printers import FUNCTION_NAMES
 from . import op_facts
 from .emit import _ident, arg_source, node_comment, node_statements
 from .fuse import Group, fusion_groups, reduction_dims, scatter_accumulations
-from .glue_inline import contiguous_transposes, inline_statements
+from .glue_inline import contiguous_transposes, inline_statements, product_statements
 from .kernel_common import (
     PARALLEL_CHUNKS,
     RANGE_CHECK,
@@ -274,13 +274,7 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
         if block is None and _pooled_product(n) and pool.poolable(n.outputs[0]):
             # a fresh result array per call costs a page fault per 4 KiB whenever malloc has handed
             # the freed one back to the system; a pooled buffer is already mapped
-            out = n.outputs[0]
-            a, b = (glue_names[v.name] for v in n.args[:2])
-            # inner dimension 1: each result is one product, which a broadcast multiply computes faster
-            outer = n.op == "mm" and n.args[0].shape[1] == 1
-            body.append(f"    # {node_comment(n)}" + (": inner dimension 1, a broadcast product" if outer else ""))
-            call = "np.multiply" if outer else "np.matmul"
-            body.append(f"    {glue_names[out.name]} = {call}({a}, {b}, out={pool.array(out)})")
+            body += product_statements(n, glue_names, out=pool.array(n.outputs[0]))
             continue
         ufunc = _plain_ufunc(n)
         if ufunc is not None and pool.poolable(n.outputs[0]):
