@@ -11,7 +11,8 @@ call overhead and the layout of the operands decide the time, so the glue
 - makes a contiguous copy of a transpose that is the right operand of several small products
   (``grad @ W.t()`` once per unrolled step): BLAS's small-matrix kernels are slower on a
   transposed right operand than the copy, paid once, costs;
-- takes ``select.int`` (``x[t]``) by indexing and ``view`` by ``np.reshape``, as their forwards do,
+- takes ``select.int`` (``x[t]``) by indexing, ``view``/``_unsafe_view`` by ``np.reshape`` and
+  ``t``/``transpose.int``/``permute`` by the ndarray's own view methods, as their forwards do,
   without the op wrapper's call and ``asarray`` (the result has at least one dimension, so it is an
   array).
 
@@ -87,13 +88,42 @@ def _select_statements(n: Node, names: dict) -> list[str] | None:
     return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = {names[x.name]}[{key}]"]
 
 
-@register(_INLINE, "view")
+@register(_INLINE, "view", "_unsafe_view")
 def _view_statements(n: Node, names: dict) -> list[str] | None:
     x = n.args[0]
     if not (isinstance(x, Value) and len(x.shape) and len(n.outputs[0].shape)):
         return None
     shape = tuple(int(s) for s in n.outputs[0].shape)
     return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = np.reshape({names[x.name]}, {shape!r})"]
+
+
+def _array_method_view(n: Node, names: dict, call: str) -> list[str] | None:
+    """A view taken by an ndarray method, when input and result are arrays (not 0-d)."""
+    x = n.args[0]
+    if not (isinstance(x, Value) and len(x.shape) and len(n.outputs[0].shape)):
+        return None
+    return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = {names[x.name]}.{call}"]
+
+
+@register(_INLINE, "t")
+def _t_statements(n: Node, names: dict) -> list[str] | None:
+    return _array_method_view(n, names, "T")
+
+
+@register(_INLINE, "transpose.int")
+def _transpose_statements(n: Node, names: dict) -> list[str] | None:
+    dim0, dim1 = n.args[1], n.args[2]
+    if not (isinstance(dim0, int) and isinstance(dim1, int)):
+        return None
+    return _array_method_view(n, names, f"swapaxes({dim0}, {dim1})")
+
+
+@register(_INLINE, "permute")
+def _permute_statements(n: Node, names: dict) -> list[str] | None:
+    dims = n.args[1]
+    if not (isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims)):
+        return None
+    return _array_method_view(n, names, f"transpose({tuple(dims)!r})")
 
 
 @register(_INLINE, "mm")

@@ -137,3 +137,32 @@ def test_selects_and_views_are_indexing_and_reshapes():
     np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
     np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_transposes_and_permutes_are_array_views():
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(9)
+    x, w = r.standard_normal((2, 3, 4)), r.standard_normal((4, 3))
+
+    def loss(x, w):
+        s = x @ x.transpose(1, 2)                   # transpose.int, then bmm
+        p = x.permute(2, 0, 1)                      # permute
+        q = (x.reshape(6, 4) @ w).t()               # _unsafe_view of the product's input, t
+        return (s * s).sum() + (p[1] * p[-1]).sum() + (q @ q.t()).trace()
+
+    f = symgrad.compile(loss, tiered=False, cache=False)
+    k = f.inspect(symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True))
+    source = k.forward_source + k.backward_source
+    assert "= transpose.int(" in source and "= permute(" in source and "= t(" in source
+    for wrapper in ("op_transpose_int(", "op_permute(", "op_t(", "op__unsafe_view("):
+        assert wrapper not in source
+    assert ".swapaxes(1, 2)" in source and ".transpose((2, 0, 1))" in source
+    xs, ws = symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True)
+    out = f(xs, ws)
+    out.backward()
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = loss(xt, wt)
+    ref.backward()
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
+    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-12, atol=1e-13)
