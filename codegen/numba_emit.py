@@ -264,7 +264,8 @@ def emit_numba(graph: Graph, name: str, *, parallel: bool | str = False, fastmat
             kernel = f"scatter_{len(kernels)}"
             plan = scatter_plans[n]
             threads = bool(parallel) if parallel != "auto" else _threads_pay(int(np.prod(plan.values.shape)))
-            kernels.append(scatter_kernel_source(len(plan.index), len(plan.source_index or ()), threads, kernel))
+            kernels.append(scatter_kernel_source(len(plan.index), len(plan.source_index or ()), threads, kernel,
+                                                  lead=plan.lead > 0))
             body += [f"    # {node_comment(m)}" for m in (plan.gather, n) if m is not None]
             body += scatter_loop_lines(plan, kernel, glue_names, ns, glue_names[n.outputs[0].name])
             continue

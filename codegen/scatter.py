@@ -14,9 +14,11 @@ returns the first position out of bounds before touching memory there, and the g
 sort), then chunks of rows run over Numba's threads: no two threads add into one row, and each row
 still adds its values in position order, so the result is the serial one, bit for bit.
 
-Indices taken: one integer array, or several of one shape indexing the leading dims (followed by
-nothing or by full slices); the values must have the index's shape followed by the target's
-remaining dims.  Anything else (masks, slices before an array, broadcast values) stays a numpy call.
+Indices taken: one integer array, or several of one shape, after any number of full slices
+(``x[idx]``, ``x[:, idx]``, ``x[:, :, i, j]``) and followed by nothing or by full slices; the values
+must have the index's place in the target's shape (numpy's rule for adjacent index arrays: the
+sliced dims, the index's dims, the remaining dims).  Anything else (masks, partial slices, broadcast
+values) stays a numpy call.
 
 >>> import numpy as np, symgrad
 >>> def f(E):
@@ -71,14 +73,23 @@ def _index_args(n: Node):
 _INDEX_KINDS = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)}
 
 
-def integer_index(ref, rank: int) -> list | None:
-    """The integer index arrays (Values or numpy arrays, all of one shape) of ``ref`` indexing the
-    leading dims of a rank-``rank`` array, or None for any other index."""
+def _full_slice(p) -> bool:
+    return isinstance(p, slice) and p == slice(None)
+
+
+def integer_index(ref, rank: int) -> tuple[int, list] | None:
+    """``(lead, arrays)``: ``ref`` indexes a rank-``rank`` array by full slices over its first ``lead``
+    dims, then by integer index arrays (Values or numpy arrays, all of one shape) over the next
+    ``len(arrays)`` dims; None for any other index."""
     key = ref.parts if isinstance(ref, IndexRef) else ref
     parts = list(key) if isinstance(key, tuple) else [key]
-    while parts and (parts[-1] is Ellipsis or (isinstance(parts[-1], slice) and parts[-1] == slice(None))):
+    while parts and (parts[-1] is Ellipsis or _full_slice(parts[-1])):
         parts.pop()   # trailing full slices: the remaining dims are copied whole
-    if not parts or len(parts) > rank:
+    lead = 0
+    while lead < len(parts) and _full_slice(parts[lead]):
+        lead += 1     # leading full slices: the index arrays' dims come after these, as in numpy
+    parts = parts[lead:]
+    if not parts or lead + len(parts) > rank:
         return None
     for p in parts:
         dtype = p.dtype.np if isinstance(p, Value) else getattr(p, "dtype", None)
@@ -89,7 +100,7 @@ def integer_index(ref, rank: int) -> list | None:
         if any(isinstance(p, Value) for p in parts):
             return None
         parts = list(np.broadcast_arrays(*parts))   # constant arrays: numpy broadcasts them together
-    return parts
+    return lead, parts
 
 
 @dataclass
@@ -102,6 +113,7 @@ class ScatterLoop:
     base: Value | None
     in_place: bool              # base is a fresh intermediate nobody else reads: add into it
     index: list                 # the scatter's index arrays
+    lead: int = 0               # the target's dims before the indexed ones (full slices)
     gather: Node | None = None  # the gather computing ``values``, done inside the loop
     source: Value | None = None
     source_index: list | None = None
@@ -151,26 +163,31 @@ def _plan(n: Node, scattered: Value, values, base, ref, users: dict, outputs: se
         return None
     if any(v.dtype is not out.dtype for v in (values, scattered) + ((base,) if base is not None else ())):
         return None
-    index = integer_index(ref, len(out.shape))
-    if index is None:
+    indexed = integer_index(ref, len(out.shape))
+    if indexed is None:
         return None
+    lead, index = indexed
     k = len(index)
-    if tuple(values.shape) != tuple(index[0].shape) + tuple(out.shape[k:]):
+    shape = tuple(out.shape)
+    if tuple(values.shape) != shape[:lead] + tuple(index[0].shape) + shape[lead + k:]:
         return None   # values broadcast to the index's shape: numpy's add.at does that
     data = getattr(base.producer, "data", None) if base is not None and base.producer is not None else None
     if isinstance(data, np.ndarray) and base.producer.op == "constant" and not data.any() and \
             not np.signbit(data).any():
         base = None   # a constant +0.0 base (``zeros`` then ``np.add.at``): start from fresh zeros
-    plan = ScatterLoop(n, out, values, base, in_place and base is not None, index)
+    plan = ScatterLoop(n, out, values, base, in_place and base is not None, index, lead)
     g = values.producer
     if g is not None and op_facts.has(g.op, "gather") and g.op in GATHER_ARGS and \
             users.get(values) == [_reader(n, scattered, users)] and values not in outputs:
         source, gref = GATHER_ARGS[g.op](g)
         if isinstance(source, Value) and source.dtype is values.dtype:
-            gindex = integer_index(gref, len(source.shape))
-            if gindex is not None and tuple(gindex[0].shape) == tuple(index[0].shape) and \
-                    tuple(source.shape[len(gindex):]) == tuple(out.shape[k:]):
-                plan.gather, plan.source, plan.source_index = g, source, gindex
+            gathered = integer_index(gref, len(source.shape))
+            if gathered is not None and gathered[0] == lead:
+                gindex = gathered[1]
+                sshape = tuple(source.shape)
+                if tuple(gindex[0].shape) == tuple(index[0].shape) and sshape[:lead] == shape[:lead] and \
+                        sshape[lead + len(gindex):] == shape[lead + k:]:
+                    plan.gather, plan.source, plan.source_index = g, source, gindex
     return plan
 
 
@@ -183,9 +200,11 @@ def _size(shape) -> int:
     return int(np.prod([int(s) for s in shape], dtype=np.int64))
 
 
-def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str) -> str:
+def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str, lead: bool = False) -> str:
     """The kernel adding ``values`` (or ``source`` read at ``k2`` gather index arrays) into the rows of
-    ``target`` (2-D: the indexed dims flattened, then the rest) named by ``k`` index arrays.
+    ``target`` named by ``k`` index arrays.  ``target`` and ``values`` are 2-D (the indexed dims
+    flattened, then the rest), or with ``lead`` 3-D: first the dims before the indexed ones (``x[:, idx]``)
+    flattened.
 
     Returns ``(first bad position, its index array)`` or ``(-1, 0)``: the kernel stops at an index
     out of bounds, before it reads or writes there.
@@ -194,7 +213,7 @@ def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str) -> str:
     idx = [f"i{a}" for a in range(k)] + [f"g{b}" for b in range(k2)]
     lines = [f"def {name}(target, values, {', '.join(sizes + idx)}):",
              "    positions = i0.shape[0]",
-             "    width = target.shape[1]"]
+             f"    width = target.shape[{2 if lead else 1}]"]
 
     def checks(pad: str, fail: str) -> list[str]:
         out = []
@@ -209,6 +228,32 @@ def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str) -> str:
         src = "t" if not k2 else f"a{k}" + "".join(f" * {sizes[k + b]} + a{k + b}" for b in range(1, k2))
         out.append(f"{pad}s = {src}")
         return out
+
+    if lead:
+        # the rows each position names, checked once; then each leading slice ``b`` adds its values in
+        # position order (slices never share a row: they run in any order, or on separate threads)
+        lines += ["    row_of = np.empty(positions, np.int64)",
+                  "    src_of = np.empty(positions, np.int64)",
+                  "    for t in range(positions):"]
+        lines += checks("        ", "return t, {j}")
+        lines += ["        row_of[t] = r",
+                  "        src_of[t] = s",
+                  "    slices = target.shape[0]"]
+        add = ["for t in range(positions):",
+               "    r = row_of[t]",
+               "    s = src_of[t]",
+               "    for j in range(width):",
+               "        target[b, r, j] += values[b, s, j]"]
+        if not parallel:
+            lines.append("    for b in range(slices):")
+            lines += ["        " + a for a in add]
+        else:
+            chunks = PARALLEL_CHUNKS
+            lines += [f"    for c in prange({chunks}):",
+                      f"        for b in range(c * slices // {chunks}, (c + 1) * slices // {chunks}):"]
+            lines += ["            " + a for a in add]
+        lines.append("    return -1, 0")
+        return decorator(parallel, False) + "\n" + "\n".join(lines)
 
     add = ["for j in range(width):", "    target[r, j] += values[s, j]"]
     if not parallel:
@@ -267,8 +312,13 @@ def scatter_loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, la
     """The glue around a scatter kernel: the target, the kernel's call and the IndexError."""
     out = plan.out
     shape = tuple(int(s) for s in out.shape)
-    k = len(plan.index)
-    lead, width = shape[:k], _size(shape[k:])
+    k, lead = len(plan.index), plan.lead
+    before, rows, width = _size(shape[:lead]), shape[lead:lead + k], _size(shape[lead + k:])
+
+    def shape_of(middle: int) -> tuple:
+        """The kernel's view: (dims before the indexed ones, if any, indexed dims, the rest)."""
+        return (before, middle, width) if lead else (middle, width)
+
     dtype = np.dtype(out.dtype.np).name
     target = names[out.name]
     lines = []
@@ -288,18 +338,18 @@ def scatter_loop_lines(plan: ScatterLoop, kernel: str, names: dict, ns: dict, la
         return key
 
     index_args = [index_arg(p, j) for j, p in enumerate(plan.index + (plan.source_index or []))]
-    sizes = list(lead)
-    axes = [("scatter", a) for a in range(k)]
+    sizes = list(rows)
+    axes = [("scatter", lead + a) for a in range(k)]
     if plan.gather is not None:
         src = plan.source
         k2 = len(plan.source_index)
-        sizes += [int(s) for s in src.shape[:k2]]
-        axes += [("gather", b) for b in range(k2)]
-        read = f"np.ascontiguousarray({names[src.name]}).reshape(({_size(src.shape[:k2])}, {width}))"
+        sizes += [int(s) for s in src.shape[lead:lead + k2]]
+        axes += [("gather", lead + b) for b in range(k2)]
+        read = f"np.ascontiguousarray({names[src.name]}).reshape({shape_of(_size(src.shape[lead:lead + k2]))})"
     else:
         positions = _size(plan.index[0].shape)
-        read = f"np.ascontiguousarray({names[plan.values.name]}).reshape(({positions}, {width}))"
-    flat = f"{target}.reshape(({_size(lead)}, {width}))"
+        read = f"np.ascontiguousarray({names[plan.values.name]}).reshape({shape_of(positions)})"
+    flat = f"{target}.reshape({shape_of(_size(rows))})"
     ns["raise_index_error"] = raise_index_error
     arrays = ", ".join(index_args)
     lines.append(f"    bad_, which_ = {kernel}({flat}, {read}, {', '.join(str(s) for s in sizes)}, {arrays})")
@@ -322,6 +372,7 @@ class GatherRead:
     value: Value
     source: Value
     index: list
+    lead: int = 0     # the source's dims before the indexed ones, read whole (full slices)
 
     def params(self, names: dict, kernel_name: Callable) -> list[tuple[str, str, object]]:
         """``(kernel parameter, glue argument, constant or None)`` for the source, then each index array
@@ -338,16 +389,17 @@ class GatherRead:
     def read(self, params: list[str]) -> str:
         """The loop's read of one element (``params``: the kernel names of :meth:`params`)."""
         src, index = params[0], params[1:]
-        m = len(self.index[0].shape)
-        at = ", ".join(f"i{d}" for d in range(m)) or "()"
-        rows = [f"{p}[{at}] + ({p}[{at}] < 0) * {src}.shape[{a}]" for a, p in enumerate(index)]
-        rest = [f"i{m + d}" for d in range(len(self.source.shape) - len(self.index))]
-        return f"{src}[{', '.join(rows + rest)}]"
+        lead, m = self.lead, len(self.index[0].shape)
+        at = ", ".join(f"i{lead + d}" for d in range(m)) or "()"
+        before = [f"i{d}" for d in range(lead)]
+        rows = [f"{p}[{at}] + ({p}[{at}] < 0) * {src}.shape[{lead + a}]" for a, p in enumerate(index)]
+        rest = [f"i{lead + m + d}" for d in range(len(self.source.shape) - lead - len(self.index))]
+        return f"{src}[{', '.join(before + rows + rest)}]"
 
     def check_lines(self, args: list[str], names: dict) -> list[str]:
         """Glue lines raising numpy's IndexError for an index out of bounds, before the loop reads."""
         lines = []
-        for a, arg in enumerate(args[1:]):
+        for a, arg in enumerate(args[1:], start=self.lead):
             n = int(self.source.shape[a])
             lines.append(f"    if not index_in_bounds({arg}, {n}):")
             lines.append(f"        raise_index_error(0, 0, ({arg},), ({n},), (('gather', {a}),))")
@@ -366,12 +418,15 @@ def gather_read(v: Value, shape: tuple, known) -> GatherRead | None:
     source, ref = GATHER_ARGS[g.op](g)
     if not isinstance(source, Value) or source.dtype is not v.dtype:
         return None
-    index = integer_index(ref, len(source.shape))
-    if index is None or any(isinstance(p, Value) and p.shape == () for p in index):
+    indexed = integer_index(ref, len(source.shape))
+    if indexed is None:
+        return None
+    lead, index = indexed
+    if any(isinstance(p, Value) and p.shape == () for p in index):
         return None
     if any(isinstance(p, Value) and p.name not in known for p in [source, *index]):
         return None
-    return GatherRead(v, source, index)
+    return GatherRead(v, source, index, lead)
 
 
 def index_in_bounds(index, n: int) -> bool:

@@ -361,3 +361,89 @@ def test_empty_index(parallel):
 
     value, (g,) = _vg(loss, (0,), parallel)(E)
     assert value == 6.0 and np.array_equal(g, np.zeros((4, 3)))
+
+
+# --- index arrays after full slices: x[:, idx], np.add.at(h, (slice(None), idx), v) ------------------
+
+# one serial and one parallel case per shape in CI (the parallel kernel of a leading-slices scatter
+# runs the slices on threads)
+@pytest.mark.parametrize("parallel,dtype,shape,index_shape",
+                         [(False, np.float64, (5, 7), (6,)), (False, np.float32, (3, 4, 7), (2, 3)),
+                          (True, np.float64, (3, 4, 7), (6,)), (True, np.float32, (5, 7), (2, 3))])
+def test_index_after_full_slices(parallel, dtype, shape, index_shape):
+    r = np.random.default_rng(12)
+    x = r.standard_normal(shape).astype(dtype)
+    idx = np.array([3, -1, 3, 0, 6, -7]).reshape(index_shape)
+    lead = (slice(None),) * (len(shape) - 1)
+    w = r.standard_normal(shape[:-1] + index_shape).astype(dtype)
+
+    def loss(x, w):
+        return np.sum(np.tanh(x[lead + (idx,)]) * w)
+
+    vg = _vg(loss, (0, 1), parallel)
+    value, (gx, gw) = vg(x, w)
+    eager_value, (ex, ew) = _eager(loss, (x, w), (0, 1))
+    np.testing.assert_allclose(value, eager_value, **_tol(dtype))
+    np.testing.assert_allclose(gx, ex, **_tol(dtype))
+    np.testing.assert_allclose(gw, ew, **_tol(dtype))
+    # the gradient, by numpy: repeated columns accumulate
+    ref = np.zeros_like(x)
+    np.add.at(ref, lead + (idx,), (1 - np.tanh(x[lead + (idx,)]) ** 2) * w)
+    np.testing.assert_allclose(gx, ref, **_tol(dtype))
+    source = _joint_source(vg, (x, w), (0, 1))
+    assert "op_index_Tensor" not in source and "op_index_put_add" not in source
+    assert f"x.shape[{len(shape) - 1}]" in source      # x read through the index inside the loop
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_add_at_after_a_full_slice_fuses_its_gather(parallel):
+    """h[:, bag] += E[:, tok] (a column embedding bag): one scatter kernel reads E through tok; its
+    sums and the gradient's scatter equal np.add.at's bit for bit (repeated rows add in order)."""
+    r = np.random.default_rng(13)
+    E, W = r.standard_normal((4, 9)), r.standard_normal((6, 3))
+    tok, bag = r.integers(-9, 9, 40), r.integers(0, 6, 40)
+
+    def bag_of(E):
+        h = symgrad.zeros((4, 6), dtype=E.dtype)
+        np.add.at(h, (slice(None), bag), E[:, tok])
+        return h
+
+    h = np.zeros((4, 6))
+    np.add.at(h, (slice(None), bag), E[:, tok])
+    np.testing.assert_array_equal(symgrad.compile(bag_of, parallel=parallel)(E), h)
+
+    C = r.standard_normal((4, 6))
+    vg = _vg(lambda E: np.sum(bag_of(E) * C), (0,), parallel)
+    _, (gE,) = vg(E)
+    ref_E = np.zeros_like(E)
+    np.add.at(ref_E, (slice(None), tok), C[:, bag])
+    np.testing.assert_array_equal(gE, ref_E)
+
+    def loss(E, W):
+        return np.sum(np.tanh(bag_of(E) @ W))
+
+    vg = _vg(loss, (0, 1), parallel)
+    value, (gE, gW) = vg(E, W)
+    eager_value, (eE, eW) = _eager(loss, (E, W), (0, 1))
+    np.testing.assert_allclose(value, eager_value, rtol=1e-13)
+    np.testing.assert_allclose(gE, eE, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gW, eW, rtol=1e-12, atol=1e-13)
+    source = _joint_source(vg, (E, W), (0, 1))
+    assert "op_index_put" not in source and "op_index_Tensor" not in source
+
+
+@pytest.mark.parametrize("where", ["gather", "scatter"])
+def test_index_after_a_full_slice_out_of_range_names_the_axis(where):
+    E = np.ones((2, 4))
+    tok = np.array([0, 1, 4 if where == "gather" else 2])
+    bag = np.array([0, -4 if where == "scatter" else 1, 2])
+
+    def loss(E):
+        h = symgrad.zeros((2, 3), dtype=E.dtype)
+        np.add.at(h, (slice(None), bag), E[:, tok])
+        return np.sum(h * h)
+
+    with pytest.raises(IndexError):
+        _eager(loss, (E,), (0,))
+    with pytest.raises(IndexError, match="out of bounds for axis 1 with size " + ("4" if where == "gather" else "3")):
+        _vg(loss, (0,), False)(E)
