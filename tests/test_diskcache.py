@@ -1,4 +1,4 @@
-"""symgrad/rules/diskcache.py: the facts the cache digests are the same whether or not Numba is loaded."""
+"""symgrad/rules/diskcache.py: the facts the cache digests are the same whether or not Numba (or sympy) is loaded."""
 
 from __future__ import annotations
 
@@ -24,3 +24,14 @@ def test_numba_facts_agree_before_and_after_numba_loads(threads):
     assert out.returncode == 0, out.stderr
     # read without importing Numba, and without the package metadata's email parser
     assert out.stdout.split() == ["False", "False", "True"]
+
+
+def test_sympy_version_is_read_without_importing_sympy(monkeypatch):
+    import sympy
+
+    from symgrad.rules import diskcache
+
+    loaded = diskcache._sympy_version()
+    monkeypatch.delitem(sys.modules, "sympy")     # as in a process that has not imported it
+    assert diskcache._sympy_version() == loaded == sympy.__version__
+    assert "sympy" not in sys.modules

@@ -160,10 +160,29 @@ def _numba_facts() -> str:
     return f"{version} threads {int(threads) if threads.isdigit() else threads}"
 
 
+def _sympy_version() -> str | None:
+    """``sympy.__version__``; read from its ``release.py`` (then the distribution's metadata) when sympy
+    is not loaded yet, so that computing the digest never imports it."""
+    sympy = sys.modules.get("sympy")
+    if sympy is not None and hasattr(sympy, "__version__"):
+        return str(sympy.__version__)
+    try:
+        spec = importlib.util.find_spec("sympy")
+        text = (Path(spec.origin).parent / "release.py").read_text()
+        return text.split("__version__", 1)[1].split("=", 1)[1].strip().splitlines()[0].strip("\"'")
+    except (ImportError, AttributeError, TypeError, OSError, IndexError):
+        pass
+    try:
+        return importlib.metadata.version("sympy")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - sympy is a dependency
+        return None
+
+
 @functools.cache
 def code_digest() -> str:
-    """SHA-256 of symgrad's and codegen's sources and rule table, library versions and the
-    machine facts code generation reads (CPU features, Numba's thread count)."""
+    """SHA-256 of symgrad's and codegen's sources and rule table, library versions (sympy's printing
+    and simplification shape the generated code too) and the machine facts code generation reads
+    (CPU features, Numba's thread count)."""
     h = hashlib.sha256(b"build-cache 1\n")
     root = Path(__file__).resolve().parents[2]
     for package in ("symgrad", "codegen"):
@@ -173,7 +192,7 @@ def code_digest() -> str:
                 h.update(str(path.relative_to(root)).encode() + b"\0")
                 h.update(path.read_bytes() + b"\0")
     h.update(f"python {sys.version}\nnumpy {np.__version__}\n".encode())
-    h.update(f"numba {_numba_facts()}\n".encode())
+    h.update(f"numba {_numba_facts()}\nsympy {_sympy_version()}\n".encode())
     try:
         features = sorted(np._core._multiarray_umath.__cpu_features__.items())
     except AttributeError:  # pragma: no cover - numpy < 2
