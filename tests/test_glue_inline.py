@@ -123,20 +123,26 @@ def test_selects_and_views_are_indexing_and_reshapes():
         c = x[:, 2].sum(dim=0, keepdim=True).view(5)
         return (a ** 2).sum() + (b * b.flip(0)).sum() + (c * w[:, 0]).sum()
 
-    f = symgrad.compile(loss, tiered=False, cache=False)
-    k = f.inspect(symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True))
-    source = k.forward_source + k.backward_source
+    source = compiled_source_matching_torch(torch, loss, x, w)
     assert "= select.int(" in source and "= view(" in source      # the IR lines, as comments
     assert "op_select_int(" not in source and "op_view(" not in source
-    xs, ws = symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True)
-    out = f(xs, ws)
+
+
+def compiled_source_matching_torch(torch, loss, *arrays) -> str:
+    """Compile ``loss`` (tensors in), check its value and gradients against torch's eager run, and
+    return the generated forward and backward source."""
+    f = symgrad.compile(loss, tiered=False, cache=False)
+    ours = [symgrad.tensor(a, requires_grad=True) for a in arrays]
+    k = f.inspect(*ours)
+    out = f(*ours)
     out.backward()
-    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    ref = loss(xt, wt)
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    ref = loss(*theirs)
     ref.backward()
     np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
-    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-12, atol=1e-14)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-13)
+    return k.forward_source + k.backward_source
 
 
 def test_transposes_and_permutes_are_array_views():
@@ -150,19 +156,8 @@ def test_transposes_and_permutes_are_array_views():
         q = (x.reshape(6, 4) @ w).t()               # _unsafe_view of the product's input, t
         return (s * s).sum() + (p[1] * p[-1]).sum() + (q @ q.t()).trace()
 
-    f = symgrad.compile(loss, tiered=False, cache=False)
-    k = f.inspect(symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True))
-    source = k.forward_source + k.backward_source
+    source = compiled_source_matching_torch(torch, loss, x, w)
     assert "= transpose.int(" in source and "= permute(" in source and "= t(" in source
     for wrapper in ("op_transpose_int(", "op_permute(", "op_t(", "op__unsafe_view("):
         assert wrapper not in source
     assert ".swapaxes(1, 2)" in source and ".transpose((2, 0, 1))" in source
-    xs, ws = symgrad.tensor(x, requires_grad=True), symgrad.tensor(w, requires_grad=True)
-    out = f(xs, ws)
-    out.backward()
-    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    ref = loss(xt, wt)
-    ref.backward()
-    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
-    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-12, atol=1e-13)

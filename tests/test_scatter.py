@@ -38,6 +38,19 @@ def _eager(fn, args, argnums):
     return out.item(), [leaves[i].grad.numpy() for i in argnums]
 
 
+def _compiled_matching_eager(loss, args, parallel, tol):
+    """Compiled value and gradients (for every argument) equal eager symgrad's; returns the compiled
+    gradients and the joint kernel's source."""
+    argnums = tuple(range(len(args)))
+    vg = _vg(loss, argnums, parallel)
+    value, grads = vg(*args)
+    eager_value, eager_grads = _eager(loss, args, argnums)
+    np.testing.assert_allclose(value, eager_value, **tol)
+    for g, e in zip(grads, eager_grads):
+        np.testing.assert_allclose(g, e, **tol)
+    return grads, _joint_source(vg, args, argnums)
+
+
 def _tol(dtype):
     return dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
 
@@ -296,13 +309,7 @@ def test_gather_read_in_loop(parallel, dtype, index_shape):
     def loss(E, w):
         return np.sum(np.tanh(E[tok]) * w)
 
-    vg = _vg(loss, (0, 1), parallel)
-    value, (gE, gw) = vg(E, w)
-    eager_value, (eE, ew) = _eager(loss, (E, w), (0, 1))
-    np.testing.assert_allclose(value, eager_value, **_tol(dtype))
-    np.testing.assert_allclose(gE, eE, **_tol(dtype))
-    np.testing.assert_allclose(gw, ew, **_tol(dtype))
-    source = _joint_source(vg, (E, w), (0, 1))
+    _, source = _compiled_matching_eager(loss, (E, w), parallel, _tol(dtype))
     assert "op_index_Tensor" not in source and "E.shape[0]" in source   # E read through the index
 
 
@@ -380,17 +387,11 @@ def test_index_after_full_slices(parallel, dtype, shape, index_shape):
     def loss(x, w):
         return np.sum(np.tanh(x[lead + (idx,)]) * w)
 
-    vg = _vg(loss, (0, 1), parallel)
-    value, (gx, gw) = vg(x, w)
-    eager_value, (ex, ew) = _eager(loss, (x, w), (0, 1))
-    np.testing.assert_allclose(value, eager_value, **_tol(dtype))
-    np.testing.assert_allclose(gx, ex, **_tol(dtype))
-    np.testing.assert_allclose(gw, ew, **_tol(dtype))
+    (gx, _), source = _compiled_matching_eager(loss, (x, w), parallel, _tol(dtype))
     # the gradient, by numpy: repeated columns accumulate
     ref = np.zeros_like(x)
     np.add.at(ref, lead + (idx,), (1 - np.tanh(x[lead + (idx,)]) ** 2) * w)
     np.testing.assert_allclose(gx, ref, **_tol(dtype))
-    source = _joint_source(vg, (x, w), (0, 1))
     assert "op_index_Tensor" not in source and "op_index_put_add" not in source
     assert f"x.shape[{len(shape) - 1}]" in source      # x read through the index inside the loop
 
