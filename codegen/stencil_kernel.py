@@ -4,11 +4,13 @@ The loop fuser (:mod:`codegen.fuse`) fuses nodes of one shape; a slice changes t
 loss such as a heat-equation residual ``(u[2:] - 2*u[1:-1] + u[:-2]) / dx**2 - f[1:-1]`` falls apart
 into loops joined by slices made as arrays, and its gradient into zero-padded ``slice_backward`` arrays
 that the next loop adds.  Here a graph of elementwise nodes, ops tagged ``shifted_read`` (whose index
-maps :mod:`codegen.shifted_reads` registers) and full ``sum``/``mean`` reductions becomes one loop nest
-per output shape: each output is computed where it is written, reading the placeholders at shifted
+maps :mod:`codegen.shifted_reads` registers) and ``sum``/``mean`` reductions becomes one loop nest per
+output shape: each output is computed where it is written, reading the placeholders at shifted
 positions and recomputing the elementwise values it needs there (as XLA's loop fusion does).  A
 ``slice_backward`` is then no array but a choice at each position of the gradient: the element of the
-slice's gradient that lands there, or nothing.
+slice's gradient that lands there, or nothing.  A reduction over all dims is one number the loop
+returns; one over the trailing dims (a row sum) is an accumulator started before the loops over
+those dims and written to its array after them, which later loops read as any array.
 
 The positions where such a choice changes are known when the kernel is written.  Each loop is split
 at them: long runs of positions get a body of their own in which every choice is made already (so it
@@ -79,12 +81,22 @@ def _kind(node: Node) -> str:
     if out is not None and op_facts.has(node.op, "same_values") and node.inputs and \
             tuple(node.inputs[0].shape) == tuple(out.shape) and node.inputs[0].dtype is out.dtype:
         return _SAME
-    if out is not None and node.inputs and int(np.prod(out.shape)) == 1 and out.dtype.is_floating_point:
-        src = node.args[0]
-        dims = reduction_dims(node, len(src.shape)) if isinstance(src, Value) else None
-        if dims is not None and dims[0] == tuple(range(len(src.shape))):
-            return _REDUCTION
+    if out is not None and node.inputs and out.dtype.is_floating_point and _first_reduced(node) is not None:
+        return _REDUCTION
     raise _Unsupported(node.op)
+
+
+def _first_reduced(node: Node) -> int | None:
+    """The first dim a ``sum``/``mean`` reduces when it reduces every dim from there on (0: all of them),
+    else None (no such reduction, or one over leading or scattered dims)."""
+    src = node.args[0] if node.args else None
+    dims = reduction_dims(node, len(src.shape)) if isinstance(src, Value) else None
+    if dims is None:
+        return None
+    rank, reduced = len(src.shape), dims[0]
+    if reduced == tuple(range(rank)):
+        return 0
+    return reduced[0] if reduced == tuple(range(reduced[0], rank)) else None
 
 
 def _zero(v: Value) -> str:
@@ -128,7 +140,7 @@ class _Kernel:
         self.plan, self.k, self.shape = plan, k, shape
         self.rank = len(shape)
         self.arrays: list[Value] = []       # outputs written
-        self.reductions: list[Node] = []    # reductions accumulated
+        self.reductions: list[Node] = []    # reductions accumulated (``acc_<j>``)
         self.params: dict[Value, str] = {}  # values read -> parameter name
         self.numbers: set[Value] = set()    # those passed as one number
         self.positions: dict[Value, set] = {}   # elementwise values -> positions computed at
@@ -156,6 +168,25 @@ class _Kernel:
 
     def out(self, v: Value) -> str:
         return "out_" + self.plan.names[v.name].rstrip("_")
+
+    def partial(self, r: Node) -> int:
+        """The loop depth from which reduction ``r`` sums (0: all dims, one number the kernel returns;
+        else a row sum written to its array after each pass over the inner dims)."""
+        return _first_reduced(r)
+
+    def partial_starts(self, depth: int) -> list[int]:
+        return [j for j, r in enumerate(self.reductions) if depth and self.partial(r) == depth]
+
+    def partial_store(self, j: int, indent: str) -> str:
+        """The statement writing row sum ``acc_<j>`` (a mean divided by its count) to its array."""
+        r = self.reductions[j]
+        k, out = self.partial(r), r.outputs[0]
+        at = [f"i{d}" for d in range(k)] + ["0"] * (len(out.shape) - k)   # kept dims: index 0
+        count = int(np.prod([int(n) for n in r.args[0].shape[k:]]))
+        value = f"acc_{j}"
+        if op_facts.reduction_kind(r.op) == "mean":
+            value = f"acc_{j} / {count}" if count else "np.nan"
+        return f"{indent}{self.out(out)}[{', '.join(at)}] = {value}"
 
     # --- the loop nest ----------------------------------------------------------------------
 
@@ -197,14 +228,16 @@ class _Kernel:
             edges.append([tuple(s) for s in short])
         lines = self._nest(0, [], "    ", runs, edges, identity)
         outs = [self.out(v) for v in self.arrays if v.shape != ()]
+        outs += [self.out(r.outputs[0]) for r in self.reductions if self.partial(r)]
         params = list(self.params.values()) + outs + [c for c, _ in self.constants]
         head = [f"def stencil_{self.k}({', '.join(params)}):"]
         if self.vectorise and self.rank:
             head.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
             head.append("    distinct_arrays()  # the glue never passes overlapping arrays")
-        head += [f"    acc_{j} = 0.0" for j in range(len(self.reductions))]
+        full = [j for j, r in enumerate(self.reductions) if not self.partial(r)]
+        head += [f"    acc_{j} = 0.0" for j in full]
         head += [f"    {self.out(v)} = {_zero(v)}" for v in self.arrays if v.shape == ()]
-        results = [self.out(v) for v in self.arrays] + [f"acc_{j}" for j in range(len(self.reductions))]
+        results = [self.out(v) for v in self.arrays] + [f"acc_{j}" for j in full]
         tail = [f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})"]
         if self.statements > MAX_STATEMENTS:
             raise _Unsupported(f"{self.statements} statements")
@@ -215,7 +248,9 @@ class _Kernel:
             body = _Body(self, ranges, indent)
             body.roots(identity)
             return body.lines
-        lines = []
+        # row sums over the dims from ``d`` on start here and are written once those loops end
+        starts = self.partial_starts(d)
+        lines = [f"{indent}acc_{j} = 0.0" for j in starts]
         for a, b in runs[d]:
             lines.append(f"{indent}for i{d} in range({a}, {b}):")
             lines += self._nest(d + 1, ranges + [(a, b)], indent + "    ", runs, edges, identity)
@@ -228,13 +263,16 @@ class _Kernel:
                 lines.append(f"{indent}for lo{d}, hi{d} in {tuple(edges[d])!r}:")
                 lines.append(f"{inner}for i{d} in range(lo{d}, hi{d}):")
                 inner += "    "
+            closing: list[str] = []
             for e in range(d + 1, self.rank):   # every choice tested inside
+                lines += [f"{inner}acc_{j} = 0.0" for j in self.partial_starts(e)]
+                closing = [self.partial_store(j, inner) for j in self.partial_starts(e)] + closing
                 lines.append(f"{inner}for i{e} in range({self.shape[e]}):")
                 inner += "    "
             body = _Body(self, ranges + [None] * (self.rank - d), inner)
             body.roots(identity)
-            lines += body.lines
-        return lines
+            lines += body.lines + closing
+        return lines + [self.partial_store(j, indent) for j in starts]
 
 
 class _Body:
@@ -300,7 +338,8 @@ class _Body:
             kind = _LEAF
         if kind in (_LEAF, _REDUCTION):
             param = kernel.param(v)
-            if v.shape == () or kind == _REDUCTION:   # a reduction is one number, wherever it is read
+            full = kind == _REDUCTION and not _first_reduced(node)
+            if v.shape == () or full:   # a full reduction is one number, wherever it is read
                 kernel.numbers.add(v)
                 return param
             local = kernel.fresh(v)
@@ -552,7 +591,8 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                 args.append(src)
             else:
                 args.append(f"float({src})" if v.dtype.is_floating_point else f"{src}.item()")
-        for v in kernel.arrays:
+        partial = [r.outputs[0] for r in kernel.reductions if kernel.partial(r)]
+        for v in kernel.arrays + partial:
             if v in pooled:
                 body.append(f"    {names[v.name]} = buf_[{pooled.index(v)}]")
                 args.append(names[v.name])
@@ -561,14 +601,17 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                             f"dtype=np.{np.dtype(v.dtype.np).name})")
                 args.append(names[v.name])
         args += [repr(float(value)) for _, value in kernel.constants]
-        results = [names[v.name] for v in kernel.arrays] + [names[r.outputs[0].name] for r in kernel.reductions]
+        full = [r for r in kernel.reductions if not kernel.partial(r)]
+        results = [names[v.name] for v in kernel.arrays] + [names[r.outputs[0].name] for r in full]
         body.append(f"    # stencil loop {j}: over {list(kernel.shape)}, {len(kernel.arrays)} output(s), "
                     f"{len(kernel.reductions)} reduction(s)")
-        body.append(f"    {', '.join(results)}{',' if len(results) == 1 else ''} = stencil_{j}({', '.join(args)})")
+        call = f"stencil_{j}({', '.join(args)})"
+        returned = f"{', '.join(results)}{',' if len(results) == 1 else ''} = " if results else ""
+        body.append(f"    {returned}{call}")
         for v in kernel.arrays:
             if v.shape == ():
                 body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
-        for r in kernel.reductions:
+        for r in full:
             out = names[r.outputs[0].name]
             if op_facts.reduction_kind(r.op) == "mean":
                 count = int(np.prod(r.args[0].shape))
@@ -580,7 +623,8 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
             body += node_statements(v.producer, names, ns)
             outputs_done.add(v)
     for v in graph.outputs:   # a reduction that keeps its dims (one number in the glue)
-        if v is not None and v.shape != () and plan.kinds.get(v.producer) == _REDUCTION and v not in plan.inputs:
+        if v is not None and v.shape != () and plan.kinds.get(v.producer) == _REDUCTION and v not in plan.inputs \
+                and not _first_reduced(v.producer):
             body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, "
                         f"dtype={np.dtype(v.dtype.np).name!r}).reshape({tuple(int(s) for s in v.shape)!r})")
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body

@@ -83,6 +83,18 @@ PROGRAMS_2D = {
     + (np.pad(x, 2, constant_values=-0.5) * _w((11, 13), 7)).sum(),
     "rows": lambda x: ((x[1] - x[2]) ** 2).sum() + (x[-1, ::-1] * x[0]).sum() + (x[:, 2] * x[:, -1] ** 3).sum()
     + (x[:, 1:2] * x[:, None, 3]).sum(),
+    # row sums and means (reductions over the trailing dims) between the shifted reads
+    "row_sum": lambda x: np.sqrt(((x[:, 1:] - x[:, :-1]) ** 2).sum(axis=1) + 1e-3).sum(),
+    "row_mean_kept": lambda x: (np.exp(-((x[1:] - x[:-1]) ** 2).mean(axis=-1, keepdims=True)) * x[1:, ::2]).sum(),
+    "row_sum_of_cat": lambda x: (np.concatenate([x[:2] * 2.0, x], axis=0).sum(axis=1) ** 2 * _w(9, 8)).sum(),
+    "row_sums_twice": lambda x: (np.pad(x, ((0, 0), (1, 1))).sum(axis=1) * np.flip(x, 1).mean(axis=1)).sum()
+    / (x[:, 1:] ** 2).sum(),
+}
+
+PROGRAMS_3D = {
+    # over the two trailing dims, then over the last one only
+    "plane_sums": lambda x: (((x[:, 1:, :] - x[:, :-1, :]) ** 2).sum(axis=(1, 2)) * np.arange(1.0, 4.0)).sum()
+    + np.tanh((x[:, :, 1:] * x[:, :, :-1]).sum(axis=2)).sum(),
 }
 
 
@@ -94,6 +106,34 @@ def test_one_dim(name):
 @pytest.mark.parametrize("name", sorted(PROGRAMS_2D))
 def test_two_dims(name):
     _check(PROGRAMS_2D[name], [np.random.default_rng(1).standard_normal((7, 9))])
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS_3D))
+def test_three_dims(name):
+    _check(PROGRAMS_3D[name], [np.random.default_rng(9).standard_normal((3, 5, 6))])
+
+
+def test_row_sums_are_written_once_per_row():
+    e = _check(PROGRAMS_2D["row_sum"], [np.random.default_rng(10).standard_normal((7, 9))])
+    assert "slice_backward(" not in e.source and "np.sum" not in e.source
+    # the forward's row sums: one accumulator per row, written after the row's loop
+    first = e.kernels[0]
+    assert first.index("acc_0 = 0.0") > first.index("for i0") and "out_sum[i0] = acc_0" in first
+
+
+def test_row_mean_float32_and_reduction_as_output():
+    x = np.random.default_rng(11).standard_normal((6, 8)).astype(np.float32)
+    _check(PROGRAMS_2D["row_mean_kept"], [x], fd=False)
+    # a row mean returned as it is, not summed: the graph's output is the kernel's row array
+    row_means = symgrad.compile(lambda x: ((x[:, 1:] - x[:, :-1]) ** 2).mean(axis=1, keepdims=True))
+    got = row_means(x)
+    np.testing.assert_allclose(got, ((x[:, 1:] - x[:, :-1]) ** 2).mean(axis=1, keepdims=True), rtol=1e-6)
+    assert got.shape == (6, 1) and got.dtype == np.float32
+
+
+def test_reductions_over_leading_dims_are_left_to_the_fuser():
+    g = autodiff(symgrad.trace(lambda x: ((x[1:] - x[:-1]) ** 2).sum(axis=0).sum(), np.ones((5, 4))), [0])
+    assert emit_stencil_kernel(g, "joint", vector={}) is None
 
 
 def test_float32_and_libm():
