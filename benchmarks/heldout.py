@@ -13,6 +13,8 @@ jax namespace :func:`jax_namespace`), float64:
   ``r = (u[2:] - 2*u[1:-1] + u[:-2]) / dx**2 - f[1:-1]``, ``sum(r**2)``; grad for u.
 - **tv**: total-variation denoising of a 512x512 image with forward differences cropped to 511x511,
   ``0.5*sum((x-y)**2) + lam*sum(sqrt(dx**2 + dy**2 + eps))``, lam 0.1, eps 1e-3; grad for x.
+- **rowpen**: a per-row smoothness penalty on u[1024,1024] with a row sum between the slices and the
+  root, ``sum(sqrt(sum((u[:, 1:] - u[:, :-1])**2, dim=1) + eps))``, eps 1e-3; grad for u.
 - **embbag**: embedding bag, E[50_000,64], 200_000 tokens (int64) in 20_000 bags (sorted bag ids),
   ``h = scatter-add of E[tok] into bags`` (``np.add.at`` in the hand gradient, ``index_put(...,
   accumulate=True)`` in the torch-like code, ``.at[].add`` under jax), ``sum(tanh(h @ W))``, W[64,16];
@@ -134,6 +136,40 @@ def tv_torch_like(T, x, y):
     dx = x[:-1, 1:] - x[:-1, :-1]
     dy = x[1:, :-1] - x[:-1, :-1]
     return 0.5 * T.sum((x - y) ** 2) + TV_LAM * T.sum(T.sqrt(dx ** 2 + dy ** 2 + TV_EPS))
+
+
+# --- rowpen: per-row smoothness penalty (a row sum between shifted reads) ----------------------------
+
+ROWPEN_EPS = 1e-3
+
+
+def _rowpen_inputs(rows: int, cols: int):
+    def make() -> dict[str, np.ndarray]:
+        r = np.random.default_rng(SEED + 27)
+        return {"u": np.cumsum(r.standard_normal((rows, cols)), axis=1) / np.sqrt(cols)}
+
+    return make
+
+
+def rowpen_numpy_forward(u) -> float:
+    d = u[:, 1:] - u[:, :-1]
+    return float(np.sum(np.sqrt(np.sum(d * d, axis=1) + ROWPEN_EPS)))
+
+
+def rowpen_numpy_value_and_grad(u):
+    d = u[:, 1:] - u[:, :-1]
+    root = np.sqrt(np.einsum("ij,ij->i", d, d) + ROWPEN_EPS)
+    value = float(root.sum())
+    d /= root[:, None]                 # d loss / d d = d / root of its row
+    g = np.zeros_like(u)
+    g[:, 1:] += d
+    g[:, :-1] -= d
+    return value, {"u": g}
+
+
+def rowpen_torch_like(T, u):
+    d = u[:, 1:] - u[:, :-1]
+    return T.sum(T.sqrt(T.sum(d * d, dim=1) + ROWPEN_EPS))
 
 
 # --- embbag: embedding bag, scatter-add -------------------------------------------------------------
@@ -328,6 +364,7 @@ def logreg_torch_like(T, X, y, w, b):
 FULL_SIZES = {
     "heat": {"n": 1_000_000},
     "tv": {"n": 512},
+    "rowpen": {"rows": 1024, "cols": 1024},
     "embbag": {"vocab": 50_000, "dim": 64, "tokens": 200_000, "bags": 20_000, "out": 16},
     "rnn": {"steps": 10, "batch": 64, "n_in": 32, "hidden": 64},
     "attention": {"batch": 8, "seq": 128, "dim": 64},
@@ -336,12 +373,13 @@ FULL_SIZES = {
 SMALL_SIZES = {  # the tests' sizes: finite differences and the numpy backend stay fast
     "heat": {"n": 50},
     "tv": {"n": 9},
+    "rowpen": {"rows": 5, "cols": 7},
     "embbag": {"vocab": 30, "dim": 4, "tokens": 80, "bags": 7, "out": 3},
     "rnn": {"steps": 4, "batch": 3, "n_in": 5, "hidden": 6},
     "attention": {"batch": 2, "seq": 5, "dim": 4},
     "logreg": {"rows": 40, "cols": 5},
 }
-TABLE_NAMES = ("heat", "tv", "embbag", "rnn", "attention")
+TABLE_NAMES = ("heat", "tv", "rowpen", "embbag", "rnn", "attention")
 COLD_WORKLOADS = ("W1 1e3", "logreg", "W3 f64", "rnn")   # the cold first-gradient measurement
 
 
@@ -350,6 +388,8 @@ def _describe_sizes(name: str, s: dict) -> str:
         return f"1-D heat residual sum(((u[2:]-2u[1:-1]+u[:-2])/dx^2 - f[1:-1])^2), u[{s['n']}]"
     if name == "tv":
         return f"TV denoise 0.5|x-y|^2 + lam*sum(sqrt(dx^2+dy^2+eps)), x[{s['n']},{s['n']}]"
+    if name == "rowpen":
+        return f"row penalty sum(sqrt(sum((u[:,1:]-u[:,:-1])^2, dim=1) + eps)), u[{s['rows']},{s['cols']}]"
     if name == "embbag":
         return (f"embedding bag sum(tanh(scatter_add(E[tok], bag) @ W)), E[{s['vocab']},{s['dim']}], "
                 f"{s['tokens']} tokens, {s['bags']} bags, W[{s['dim']},{s['out']}]")
@@ -374,6 +414,9 @@ def make_workload(name: str, **sizes) -> Workload:
     if name == "tv":
         return Workload("tv", desc, _tv_inputs(s["n"]), ("x",), tv_numpy_forward, tv_numpy_value_and_grad,
                         tv_torch_like, tags=("heldout",))
+    if name == "rowpen":
+        return Workload("rowpen", desc, _rowpen_inputs(s["rows"], s["cols"]), ("u",), rowpen_numpy_forward,
+                        rowpen_numpy_value_and_grad, rowpen_torch_like, tags=("heldout",))
     if name == "embbag":
         fwd, vg, tl = _embbag(s["bags"])
         return Workload("embbag", desc, _embbag_inputs(s["vocab"], s["dim"], s["tokens"], s["bags"], s["out"]),
@@ -418,7 +461,8 @@ def jax_namespace(jax):
 
     return SimpleNamespace(
         sin=jnp.sin, cos=jnp.cos, exp=jnp.exp, log1p=jnp.log1p, tanh=jnp.tanh, sqrt=jnp.sqrt,
-        sum=jnp.sum, mean=jnp.mean, arange=jnp.arange, zeros=jnp.zeros, index_put=index_put,
+        sum=lambda x, dim=None: jnp.sum(x, axis=dim), mean=jnp.mean, arange=jnp.arange, zeros=jnp.zeros,
+        index_put=index_put,
         softmax=lambda x, dim: jax.nn.softmax(x, axis=dim),
         logsumexp=lambda x, dim: jss.logsumexp(x, axis=dim))
 

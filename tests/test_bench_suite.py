@@ -161,7 +161,7 @@ def test_verify_reports_each_gradient():
 
 # --- the held-out workloads (issue 21): gradients only, nothing timed ----------------------------------
 
-HELDOUT_NAMES = ("heat", "tv", "embbag", "rnn", "attention", "logreg")
+HELDOUT_NAMES = ("heat", "tv", "rowpen", "embbag", "rnn", "attention", "logreg")
 
 
 @pytest.mark.parametrize("name", HELDOUT_NAMES)
