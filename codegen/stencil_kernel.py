@@ -10,7 +10,8 @@ positions and recomputing the elementwise values it needs there (as XLA's loop f
 ``slice_backward`` is then no array but a choice at each position of the gradient: the element of the
 slice's gradient that lands there, or nothing.  A reduction over all dims is one number the loop
 returns; one over the trailing dims (a row sum) is an accumulator started before the loops over
-those dims and written to its array after them, which later loops read as any array.
+those dims and written to its array after them; one over other dims (a broadcast's gradient) adds
+each element into its place of a zeroed array.  Later loops read those arrays as any array.
 
 The positions where such a choice changes are known when the kernel is written.  Each loop is split
 at them: long runs of positions get a body of their own in which every choice is made already (so it
@@ -81,22 +82,28 @@ def _kind(node: Node) -> str:
     if out is not None and op_facts.has(node.op, "same_values") and node.inputs and \
             tuple(node.inputs[0].shape) == tuple(out.shape) and node.inputs[0].dtype is out.dtype:
         return _SAME
-    if out is not None and node.inputs and out.dtype.is_floating_point and _first_reduced(node) is not None:
+    if out is not None and node.inputs and out.dtype.is_floating_point and _reduction_form(node) is not None:
         return _REDUCTION
     raise _Unsupported(node.op)
 
 
-def _first_reduced(node: Node) -> int | None:
-    """The first dim a ``sum``/``mean`` reduces when it reduces every dim from there on (0: all of them),
-    else None (no such reduction, or one over leading or scattered dims)."""
+# how a loop computes a sum/mean: one number (over all dims), a row accumulator (over the trailing
+# dims), or adds into an array (over other dims)
+_ALL, _ROWS, _SPREAD = "all", "rows", "spread"
+
+
+def _reduction_form(node: Node) -> tuple[str, tuple[int, ...]] | None:
+    """``(form, reduced dims)`` of a ``sum``/``mean`` a stencil loop computes, else None."""
     src = node.args[0] if node.args else None
     dims = reduction_dims(node, len(src.shape)) if isinstance(src, Value) else None
     if dims is None:
         return None
     rank, reduced = len(src.shape), dims[0]
     if reduced == tuple(range(rank)):
-        return 0
-    return reduced[0] if reduced == tuple(range(reduced[0], rank)) else None
+        return _ALL, reduced
+    if not reduced:
+        return None
+    return (_ROWS if reduced == tuple(range(reduced[0], rank)) else _SPREAD), reduced
 
 
 def _zero(v: Value) -> str:
@@ -169,18 +176,25 @@ class _Kernel:
     def out(self, v: Value) -> str:
         return "out_" + self.plan.names[v.name].rstrip("_")
 
-    def partial(self, r: Node) -> int:
-        """The loop depth from which reduction ``r`` sums (0: all dims, one number the kernel returns;
-        else a row sum written to its array after each pass over the inner dims)."""
-        return _first_reduced(r)
+    def form(self, r: Node) -> str:
+        return _reduction_form(r)[0]
 
     def partial_starts(self, depth: int) -> list[int]:
-        return [j for j, r in enumerate(self.reductions) if depth and self.partial(r) == depth]
+        """The row sums over the dims from ``depth`` on (their accumulators start at that loop)."""
+        return [j for j, r in enumerate(self.reductions)
+                if self.form(r) == _ROWS and _reduction_form(r)[1][0] == depth]
+
+    def spread_at(self, r: Node) -> str:
+        """Where an element of ``r``'s input lands in ``r``'s array (the kept dims; reduced ones kept as 0)."""
+        reduced, keep = _reduction_form(r)[1], len(r.outputs[0].shape) == len(r.args[0].shape)
+        at = [f"i{d}" if d not in reduced else "0" for d in range(len(r.args[0].shape))
+              if d not in reduced or keep]
+        return ", ".join(at)
 
     def partial_store(self, j: int, indent: str) -> str:
         """The statement writing row sum ``acc_<j>`` (a mean divided by its count) to its array."""
         r = self.reductions[j]
-        k, out = self.partial(r), r.outputs[0]
+        k, out = _reduction_form(r)[1][0], r.outputs[0]
         at = [f"i{d}" for d in range(k)] + ["0"] * (len(out.shape) - k)   # kept dims: index 0
         count = int(np.prod([int(n) for n in r.args[0].shape[k:]]))
         value = f"acc_{j}"
@@ -228,13 +242,14 @@ class _Kernel:
             edges.append([tuple(s) for s in short])
         lines = self._nest(0, [], "    ", runs, edges, identity)
         outs = [self.out(v) for v in self.arrays if v.shape != ()]
-        outs += [self.out(r.outputs[0]) for r in self.reductions if self.partial(r)]
+        outs += [self.out(r.outputs[0]) for r in self.reductions if self.form(r) == _ROWS]
+        outs += [self.out(r.outputs[0]) for r in self.reductions if self.form(r) == _SPREAD]
         params = list(self.params.values()) + outs + [c for c, _ in self.constants]
         head = [f"def stencil_{self.k}({', '.join(params)}):"]
         if self.vectorise and self.rank:
             head.append("    wide_vectors()  # vectorise with the widest vectors the CPU has")
             head.append("    distinct_arrays()  # the glue never passes overlapping arrays")
-        full = [j for j, r in enumerate(self.reductions) if not self.partial(r)]
+        full = [j for j, r in enumerate(self.reductions) if self.form(r) == _ALL]
         head += [f"    acc_{j} = 0.0" for j in full]
         head += [f"    {self.out(v)} = {_zero(v)}" for v in self.arrays if v.shape == ()]
         results = [self.out(v) for v in self.arrays] + [f"acc_{j}" for j in full]
@@ -295,7 +310,10 @@ class _Body:
                       if v.shape != () else f"{kernel.out(v)} = {code}")
         for j, r in enumerate(kernel.reductions):
             code = self.value(r.args[0], identity)
-            self.emit(f"acc_{j} = radd(acc_{j}, {code})" if kernel.vectorise else f"acc_{j} += {code}")
+            if kernel.form(r) == _SPREAD:
+                self.emit(f"{kernel.out(r.outputs[0])}[{kernel.spread_at(r)}] += {code}")
+            else:
+                self.emit(f"acc_{j} = radd(acc_{j}, {code})" if kernel.vectorise else f"acc_{j} += {code}")
 
     def holds(self, g: Guard) -> bool | None:
         """Whether ``g`` holds everywhere in this body (True), nowhere (False) or must be tested (None).
@@ -338,7 +356,7 @@ class _Body:
             kind = _LEAF
         if kind in (_LEAF, _REDUCTION):
             param = kernel.param(v)
-            full = kind == _REDUCTION and not _first_reduced(node)
+            full = kind == _REDUCTION and _reduction_form(node)[0] == _ALL
             if v.shape == () or full:   # a full reduction is one number, wherever it is read
                 kernel.numbers.add(v)
                 return param
@@ -591,7 +609,10 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                 args.append(src)
             else:
                 args.append(f"float({src})" if v.dtype.is_floating_point else f"{src}.item()")
-        partial = [r.outputs[0] for r in kernel.reductions if kernel.partial(r)]
+        spread = [r for r in kernel.reductions if kernel.form(r) == _SPREAD]
+        for r in spread:   # added into from zero, in float64 (a float32 result is rounded once, after)
+            body.append(f"    {names[r.outputs[0].name]} = np.zeros({tuple(int(s) for s in r.outputs[0].shape)!r})")
+        partial = [r.outputs[0] for r in kernel.reductions if kernel.form(r) == _ROWS]
         for v in kernel.arrays + partial:
             if v in pooled:
                 body.append(f"    {names[v.name]} = buf_[{pooled.index(v)}]")
@@ -600,8 +621,9 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                 body.append(f"    {names[v.name]} = np.empty({tuple(int(s) for s in v.shape)!r}, "
                             f"dtype=np.{np.dtype(v.dtype.np).name})")
                 args.append(names[v.name])
+        args += [names[r.outputs[0].name] for r in spread]
         args += [repr(float(value)) for _, value in kernel.constants]
-        full = [r for r in kernel.reductions if not kernel.partial(r)]
+        full = [r for r in kernel.reductions if kernel.form(r) == _ALL]
         results = [names[v.name] for v in kernel.arrays] + [names[r.outputs[0].name] for r in full]
         body.append(f"    # stencil loop {j}: over {list(kernel.shape)}, {len(kernel.arrays)} output(s), "
                     f"{len(kernel.reductions)} reduction(s)")
@@ -611,10 +633,10 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
         for v in kernel.arrays:
             if v.shape == ():
                 body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, dtype={np.dtype(v.dtype.np).name!r})")
-        for r in full:
+        for r in full + spread:
             out = names[r.outputs[0].name]
             if op_facts.reduction_kind(r.op) == "mean":
-                count = int(np.prod(r.args[0].shape))
+                count = int(np.prod([int(r.args[0].shape[d]) for d in _reduction_form(r)[1]]))
                 body.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
             if r.outputs[0].dtype.np != np.float64:
                 body.append(f"    {out} = np.asarray({out}, dtype={np.dtype(r.outputs[0].dtype.np).name!r})")
@@ -624,7 +646,7 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
             outputs_done.add(v)
     for v in graph.outputs:   # a reduction that keeps its dims (one number in the glue)
         if v is not None and v.shape != () and plan.kinds.get(v.producer) == _REDUCTION and v not in plan.inputs \
-                and not _first_reduced(v.producer):
+                and _reduction_form(v.producer)[0] == _ALL:
             body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, "
                         f"dtype={np.dtype(v.dtype.np).name!r}).reshape({tuple(int(s) for s in v.shape)!r})")
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body

@@ -89,12 +89,17 @@ PROGRAMS_2D = {
     "row_sum_of_cat": lambda x: (np.concatenate([x[:2] * 2.0, x], axis=0).sum(axis=1) ** 2 * _w(9, 8)).sum(),
     "row_sums_twice": lambda x: (np.pad(x, ((0, 0), (1, 1))).sum(axis=1) * np.flip(x, 1).mean(axis=1)).sum()
     / (x[:, 1:] ** 2).sum(),
+    # column sums (a leading dim reduced): added into an array
+    "column_sum": lambda x: np.sqrt(((x[1:] - x[:-1]) ** 2).sum(axis=0) + 1e-3).sum()
+    + (np.tanh(x[:, 1:].mean(axis=0, keepdims=True)) * x[2:, :-1]).sum(),
 }
 
 PROGRAMS_3D = {
     # over the two trailing dims, then over the last one only
     "plane_sums": lambda x: (((x[:, 1:, :] - x[:, :-1, :]) ** 2).sum(axis=(1, 2)) * np.arange(1.0, 4.0)).sum()
     + np.tanh((x[:, :, 1:] * x[:, :, :-1]).sum(axis=2)).sum(),
+    "outer_sums": lambda x: (np.exp(-((x[:, 1:, :] - x[:, :-1, :]) ** 2).mean(axis=(0, 2))) * _w(4, 9)).sum()
+    + ((np.flip(x, 2) * x).sum(axis=1, keepdims=True) ** 2).sum(),
 }
 
 
@@ -131,9 +136,14 @@ def test_row_mean_float32_and_reduction_as_output():
     assert got.shape == (6, 1) and got.dtype == np.float32
 
 
-def test_reductions_over_leading_dims_are_left_to_the_fuser():
-    g = autodiff(symgrad.trace(lambda x: ((x[1:] - x[:-1]) ** 2).sum(axis=0).sum(), np.ones((5, 4))), [0])
-    assert emit_stencil_kernel(g, "joint", vector={}) is None
+def test_column_sums_float32_and_bias_gradient():
+    x = np.random.default_rng(12).standard_normal((6, 8)).astype(np.float32)
+    _check(PROGRAMS_2D["column_sum"], [x], fd=False)
+    # a bias broadcast over the rows: its gradient is a column sum of the shifted residual
+    r = np.random.default_rng(13)
+    u, b = r.standard_normal((9, 7)), r.standard_normal(6)
+    e = _check(lambda b, u: ((u[:, 1:] - u[:, :-1] + b) ** 2).sum(), [b, u])
+    assert "np.sum" not in e.source and "+= " in "".join(e.kernels)
 
 
 def test_float32_and_libm():
