@@ -91,8 +91,16 @@ class NotShifted(Exception):
     """The node's output is not its input at shifted positions (a reshape that moves elements)."""
 
 
-def read_map(*ops: str):
-    """Register the index map of ``ops`` (decorator)."""
+# The ops whose reads keep each element where it was (a dtype copy, a broadcast, a reshape of size-1
+# dims): a graph of only these and elementwise ops is no stencil, and the loop fuser's loops, which
+# take their sizes as arguments, serve it.
+IN_PLACE_READS: set[str] = set()
+
+
+def read_map(*ops: str, in_place: bool = False):
+    """Register the index map of ``ops`` (decorator); ``in_place``: see :data:`IN_PLACE_READS`."""
+    if in_place:
+        IN_PLACE_READS.update(ops)
     return register(READ_MAPS, *ops)
 
 
@@ -114,13 +122,13 @@ def _bounds(size: int, start, end, step) -> tuple[int, int, int]:
     return first, len(range(first, stop, step)), step
 
 
-@read_map("_to_copy")
+@read_map("_to_copy", in_place=True)
 def _same_position(node: Node, at):
     """A copy (to another dtype: the loop converts the value it reads)."""
     return [((), node.args[0], at)]
 
 
-@read_map("expand")
+@read_map("expand", in_place=True)
 def _expand(node: Node, at):
     src = node.args[0]
     return [((), src, broadcast_position(tuple(src.shape), tuple(node.outputs[0].shape), at))]
@@ -196,7 +204,7 @@ def _cat(node: Node, at):
     return found
 
 
-@read_map("view", "_unsafe_view", "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze")
+@read_map("view", "_unsafe_view", "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze", in_place=True)
 def _unit_dims(node: Node, at):
     """A reshape that only adds or removes dims of size 1 (``x[:, None]``, a sum's kept dims)."""
     src, out = node.args[0], node.outputs[0]

@@ -51,7 +51,7 @@ from .kernel_common import (
     vector_imports,
 )
 from .partition import CHEAP_FUNCTIONS
-from .shifted_reads import READ_MAPS, Guard, Idx, NotShifted, broadcast_position, pieces
+from .shifted_reads import IN_PLACE_READS, READ_MAPS, Guard, Idx, NotShifted, broadcast_position, pieces
 
 # A run of positions of a loop dim at least this long gets a body of its own, with every choice
 # between the pieces of a shifted read made; shorter runs (the edges) share a body that tests them.
@@ -268,7 +268,8 @@ class _Kernel:
         lines = [f"{indent}acc_{j} = 0.0" for j in starts]
         for a, b in runs[d]:
             lines.append(f"{indent}for i{d} in range({a}, {b}):")
-            lines += self._nest(d + 1, ranges + [(a, b)], indent + "    ", runs, edges, identity)
+            inner = self._nest(d + 1, ranges + [(a, b)], indent + "    ", runs, edges, identity)
+            lines += inner or [f"{indent}    pass  # an inner dim of size 0"]
         if edges[d]:
             inner = indent + "    "
             if len(edges[d]) == 1:
@@ -426,7 +427,7 @@ class _Plan:
                 self.names[o.name] = _ident(o.name)
         needed = self._needed()
         self.kinds = {n: _kind(n) for n in graph.nodes if n in needed}
-        if not any(k == _SHIFTED and not op_facts.has(n.op, "broadcast") for n, k in self.kinds.items()):
+        if not any(k == _SHIFTED and n.op not in IN_PLACE_READS for n, k in self.kinds.items()):
             raise _Unsupported("no shifted read")   # the loop fuser's kernels are as good
         # constants of one value (a pad's fill) are literals of the kernels
         self.uniform: dict[Node, str] = {}
