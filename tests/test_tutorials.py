@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -56,13 +57,52 @@ def _same_line(mine: str, theirs: str, tolerance: float = 2e-4) -> bool:
     return True
 
 
-def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
+# the programs of one run share a server (one worker starts it): each program is a child it forks
+pytestmark = pytest.mark.xdist_group("test_tutorials")
+TIMEOUT = 600
+
+
+def _env() -> dict:
     # the symgrad this test file belongs to, whatever copy is installed
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+
+def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(HERE / "_runner.py"), mode, str(HERE / program), str(draws)],
-                          capture_output=True, text=True, timeout=600, cwd=HERE, env=env)
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=HERE, env=_env())
+
+
+@pytest.fixture(scope="module")
+def symgrad_server(tmp_path_factory):
+    """``python _runner.py serve``: imports symgrad once, then forks a child per program, which runs it
+    as ``python _runner.py symgrad PROGRAM DRAWS`` would (see tests/tutorials/_runner.py)."""
+    log = tmp_path_factory.mktemp("tutorial-server") / "stderr"
+    with open(log, "w") as err:
+        server = subprocess.Popen([sys.executable, str(HERE / "_runner.py"), "serve"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True, cwd=HERE, env=_env())
+    yield server, log
+    server.stdin.close()
+    try:
+        server.wait(timeout=60)
+    finally:
+        server.kill()
+        server.stdout.close()
+
+
+def _run_symgrad(symgrad_server, program: str, draws: Path) -> subprocess.CompletedProcess:
+    """``_run("symgrad", program, draws)``, through the server's forked child."""
+    server, log = symgrad_server
+    out, err = draws.with_name("symgrad.out"), draws.with_name("symgrad.err")
+    server.stdin.write(f"{HERE / program}\t{draws}\t{out}\t{err}\n")
+    server.stdin.flush()
+    ready, _, _ = select.select([server.stdout], [], [], TIMEOUT)
+    line = server.stdout.readline() if ready else ""
+    if not line:
+        server.kill()
+        pytest.fail(f"the tutorial server stopped or timed out: {log.read_text()[-3000:]}")
+    return subprocess.CompletedProcess([program], int(line), out.read_text(), err.read_text())
 
 
 def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:
@@ -84,17 +124,17 @@ def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("program", [p[:-3] for p in PROGRAMS])
-def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path):
+def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path, symgrad_server):
     program += ".py"
     draws = tmp_path / "draws.pkl"
     theirs = _torch_run(program, draws)
     if program in NOT_RUNNABLE_WITH_TORCH:
         assert theirs.returncode != 0, "runs with torch now: move it into the compared programs"
-        mine = _run("symgrad", program, draws)
+        mine = _run_symgrad(symgrad_server, program, draws)
         assert mine.returncode != 0 and "ModuleNotFoundError" in mine.stderr
         return
     assert theirs.returncode == 0, theirs.stderr[-2000:]
-    mine = _run("symgrad", program, draws)
+    mine = _run_symgrad(symgrad_server, program, draws)
     if program in EXPECTED_TO_FAIL:
         needle, reason = EXPECTED_TO_FAIL[program]
         last_line = mine.stderr.strip().splitlines()[-1] if mine.stderr.strip() else "(ran without error)"
