@@ -5,14 +5,15 @@ are checked against the hash in their name, damaged or foreign modules and damag
 index/data files are rebuilt, unsafe directories are refused and read-only ones fall back to
 memory; two processes filling an empty cache at once both succeed; ``symgrad cache info|clear``.
 
-Cross-process behaviour runs in subprocesses (``PROBE``: one tiny kernel through
-``codegen.jit`` directly, about 1 s each); the rest runs in this process on kernels that are
-loaded but never called (no Numba compilation).
+Cross-process behaviour runs in other processes (``PROBE``: one tiny kernel through
+``codegen.jit`` directly), forked by a server that has imported the library; the rest runs in
+this process on kernels that are loaded but never called (no Numba compilation).
 """
 
 import hashlib
 import os
 import pickle
+import select
 import shutil
 import stat
 import subprocess
@@ -71,15 +72,110 @@ def _env(cache: Path) -> dict:
     return env
 
 
-def _start(cache: Path, code: str = PROBE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], env=_env(cache), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+# The processes are children forked by one server process that has imported numpy, Numba and symgrad
+# (the import is most of a probe's time) and nothing more: no kernel loaded, no cache directory read
+# (it is read at each use). A child sets its $SYMGRAD_CACHE_DIR, then runs its code as `python -c`
+# would, to the end of the interpreter (a traceback and status 1 on an uncaught exception).
+# Lines in: "start <key> <cache> <code file> <stdout file> <stderr file>", "wait <key>" (answered with
+# the child's return code); children started together run at once.
+_SERVER = textwrap.dedent("""
+    import os, sys
+    import numpy, numba, symgrad, symgrad.cli  # noqa: F401
+    from codegen import jit  # noqa: F401
+
+    def serve():
+        children = {}
+        for line in sys.stdin:
+            words = line.rstrip("\\n").split("\\t")
+            if words[0] == "wait":
+                _, status = os.waitpid(children.pop(words[1]), 0)
+                sys.stdout.write(f"{os.waitstatus_to_exitcode(status)}\\n")
+                sys.stdout.flush()
+                continue
+            key, cache, code_file, out_file, err_file = words[1:]
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                with open(code_file) as f:
+                    code = f.read()
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                out = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                err = os.open(err_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                for fd, target in ((devnull, 0), (out, 1), (err, 2)):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                sys.stdin = open(0, closefd=False)
+                os.environ["SYMGRAD_CACHE_DIR"] = cache
+                sys.argv = ["-c"]
+                return code
+            children[key] = pid
+        sys.exit(0)
+
+    exec(compile(serve(), "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+""")
+_server: dict = {}
 
 
-def _finish(proc: subprocess.Popen) -> tuple[int, int, float]:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, f"probe failed:\n{err}"
-    hits, misses, value = out.split()
+def _processes() -> dict:
+    """The server (started on first use) and its folder of code and output files."""
+    if not _server:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="symgrad-jit-tests-"))
+        env = _env(folder / "unused")
+        env.pop("SYMGRAD_CACHE_DIR")
+        _server.update(folder=folder, count=0, proc=subprocess.Popen(
+            [sys.executable, "-c", _SERVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(folder / "server.err", "w"), text=True, cwd=REPO))
+    return _server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_server():
+    yield
+    if _server:
+        proc = _server["proc"]
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+            proc.stdout.close()
+            shutil.rmtree(_server["folder"], ignore_errors=True)
+            _server.clear()
+
+
+def _spawn(cache: Path, code: str) -> dict:
+    server = _processes()
+    server["count"] += 1
+    key = str(server["count"])
+    files = {name: server["folder"] / f"{key}.{name}" for name in ("py", "out", "err")}
+    files["py"].write_text(code)
+    server["proc"].stdin.write(f"start\t{key}\t{cache}\t{files['py']}\t{files['out']}\t{files['err']}\n")
+    server["proc"].stdin.flush()
+    return dict(files, key=key)
+
+
+def _wait(child: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = _server["proc"]
+    proc.stdin.write(f"wait\t{child['key']}\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        pytest.fail("the process server stopped or timed out: " + (_server["folder"] / "server.err").read_text())
+    return subprocess.CompletedProcess([], int(line), child["out"].read_text(), child["err"].read_text())
+
+
+def _start(cache: Path, code: str = PROBE) -> dict:
+    return _spawn(cache, code)
+
+
+def _finish(child: dict) -> tuple[int, int, float]:
+    done = _wait(child)
+    assert done.returncode == 0, f"probe failed:\n{done.stderr}"
+    hits, misses, value = done.stdout.split()
     return int(hits), int(misses), float(value)
 
 
@@ -356,8 +452,11 @@ def test_symgrad_cache_dir_relocates_the_cache(cache):
 # --- symgrad cache info|clear ----------------------------------------------------------------------
 
 def _cli(cache: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "symgrad", "cache", *args], env=_env(cache),
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    """``python -m symgrad cache ARGS`` (a child of the process server, as the probes)."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['-m', 'cache', *{list(args)!r}]\n"
+            "runpy.run_module('symgrad', run_name='__main__', alter_sys=True)\n")
+    return _wait(_spawn(cache, code))
 
 
 def test_cache_info_and_clear(warm_cache):
