@@ -13,11 +13,9 @@ this process on kernels that are loaded but never called (no Numba compilation).
 import hashlib
 import os
 import pickle
-import select
 import shutil
 import stat
 import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+from forkserver import ForkServer
 
 import symgrad
 from codegen import jit
@@ -66,114 +65,34 @@ W1_PROBE = textwrap.dedent("""
 """)
 
 
-def _env(cache: Path) -> dict:
-    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
-    env.pop("NUMBA_CACHE_DIR", None)   # Numba's files beside the modules, where the tests look
-    return env
+# The processes are forked by one server that has imported numpy, Numba and symgrad (most of a
+# probe's time; tests/forkserver.py); a child sets its own $SYMGRAD_CACHE_DIR, read at each use.
+_SETUP = "import numpy, numba, symgrad\nfrom codegen import jit"
+_server: list = []
 
 
-# The processes are children forked by one server process that has imported numpy, Numba and symgrad
-# (the import is most of a probe's time) and nothing more: no kernel loaded, no cache directory read
-# (it is read at each use). A child sets its $SYMGRAD_CACHE_DIR, then runs its code as `python -c`
-# would, to the end of the interpreter (a traceback and status 1 on an uncaught exception).
-# Lines in: "start <key> <cache> <code file> <stdout file> <stderr file>", "wait <key>" (answered with
-# the child's return code); children started together run at once.
-_SERVER = textwrap.dedent("""
-    import os, sys
-    import numpy, numba, symgrad, symgrad.cli  # noqa: F401
-    from codegen import jit  # noqa: F401
-
-    def serve():
-        children = {}
-        for line in sys.stdin:
-            words = line.rstrip("\\n").split("\\t")
-            if words[0] == "wait":
-                _, status = os.waitpid(children.pop(words[1]), 0)
-                sys.stdout.write(f"{os.waitstatus_to_exitcode(status)}\\n")
-                sys.stdout.flush()
-                continue
-            key, cache, code_file, out_file, err_file = words[1:]
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:
-                with open(code_file) as f:
-                    code = f.read()
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                out = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                err = os.open(err_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                for fd, target in ((devnull, 0), (out, 1), (err, 2)):
-                    os.dup2(fd, target)
-                    os.close(fd)
-                sys.stdin = open(0, closefd=False)
-                os.environ["SYMGRAD_CACHE_DIR"] = cache
-                sys.argv = ["-c"]
-                return code
-            children[key] = pid
-        sys.exit(0)
-
-    exec(compile(serve(), "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-""")
-_server: dict = {}
-
-
-def _processes() -> dict:
-    """The server (started on first use) and its folder of code and output files."""
+def _processes() -> ForkServer:
     if not _server:
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="symgrad-jit-tests-"))
-        env = _env(folder / "unused")
-        env.pop("SYMGRAD_CACHE_DIR")
-        _server.update(folder=folder, count=0, proc=subprocess.Popen(
-            [sys.executable, "-c", _SERVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(folder / "server.err", "w"), text=True, cwd=REPO))
-    return _server
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env.pop("SYMGRAD_CACHE_DIR", None)
+        env.pop("NUMBA_CACHE_DIR", None)   # Numba's files beside the modules, where the tests look
+        _server.append(ForkServer(_SETUP, cwd=REPO, env=env, allowed_env={"SYMGRAD_CACHE_DIR"}))
+    return _server[0]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_the_server():
     yield
-    if _server:
-        proc = _server["proc"]
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        finally:
-            proc.kill()
-            proc.stdout.close()
-            shutil.rmtree(_server["folder"], ignore_errors=True)
-            _server.clear()
-
-
-def _spawn(cache: Path, code: str) -> dict:
-    server = _processes()
-    server["count"] += 1
-    key = str(server["count"])
-    files = {name: server["folder"] / f"{key}.{name}" for name in ("py", "out", "err")}
-    files["py"].write_text(code)
-    server["proc"].stdin.write(f"start\t{key}\t{cache}\t{files['py']}\t{files['out']}\t{files['err']}\n")
-    server["proc"].stdin.flush()
-    return dict(files, key=key)
-
-
-def _wait(child: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    proc = _server["proc"]
-    proc.stdin.write(f"wait\t{child['key']}\n")
-    proc.stdin.flush()
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    line = proc.stdout.readline() if ready else ""
-    if not line:
-        proc.kill()
-        pytest.fail("the process server stopped or timed out: " + (_server["folder"] / "server.err").read_text())
-    return subprocess.CompletedProcess([], int(line), child["out"].read_text(), child["err"].read_text())
+    while _server:
+        _server.pop().close()
 
 
 def _start(cache: Path, code: str = PROBE) -> dict:
-    return _spawn(cache, code)
+    return _processes().start("-c", code, cwd=REPO, env={"SYMGRAD_CACHE_DIR": str(cache)})
 
 
 def _finish(child: dict) -> tuple[int, int, float]:
-    done = _wait(child)
+    done = _processes().wait(child, timeout=120)
     assert done.returncode == 0, f"probe failed:\n{done.stderr}"
     hits, misses, value = done.stdout.split()
     return int(hits), int(misses), float(value)
@@ -452,11 +371,8 @@ def test_symgrad_cache_dir_relocates_the_cache(cache):
 # --- symgrad cache info|clear ----------------------------------------------------------------------
 
 def _cli(cache: Path, *args) -> subprocess.CompletedProcess:
-    """``python -m symgrad cache ARGS`` (a child of the process server, as the probes)."""
-    code = ("import runpy, sys\n"
-            f"sys.argv = ['-m', 'cache', *{list(args)!r}]\n"
-            "runpy.run_module('symgrad', run_name='__main__', alter_sys=True)\n")
-    return _wait(_spawn(cache, code))
+    return _processes().run("-m", "symgrad", ["cache", *args], cwd=REPO, env={"SYMGRAD_CACHE_DIR": str(cache)},
+                            timeout=120)
 
 
 def test_cache_info_and_clear(warm_cache):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from forkserver import ForkServer
 
 HERE = Path(__file__).parent / "tutorials"
 sys.path.insert(0, str(HERE))
@@ -75,34 +75,20 @@ def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def symgrad_server(tmp_path_factory):
-    """``python _runner.py serve``: imports symgrad once, then forks a child per program, which runs it
-    as ``python _runner.py symgrad PROGRAM DRAWS`` would (see tests/tutorials/_runner.py)."""
-    log = tmp_path_factory.mktemp("tutorial-server") / "stderr"
-    with open(log, "w") as err:
-        server = subprocess.Popen([sys.executable, str(HERE / "_runner.py"), "serve"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=err, text=True, cwd=HERE, env=_env())
-    yield server, log
-    server.stdin.close()
-    try:
-        server.wait(timeout=60)
-    finally:
-        server.kill()
-        server.stdout.close()
+def symgrad_server():
+    """Runs ``python _runner.py symgrad PROGRAM DRAWS`` as a fork of one interpreter that has imported
+    symgrad behind the import hook (tests/forkserver.py)."""
+    setup = f"import sys\nsys.path.insert(0, {str(HERE)!r})\nimport _runner\n_runner.start_symgrad()\n" \
+            "import symgrad.nn.init"
+    server = ForkServer(setup, cwd=HERE, env=_env())
+    yield server
+    server.close()
 
 
-def _run_symgrad(symgrad_server, program: str, draws: Path) -> subprocess.CompletedProcess:
-    """``_run("symgrad", program, draws)``, through the server's forked child."""
-    server, log = symgrad_server
-    out, err = draws.with_name("symgrad.out"), draws.with_name("symgrad.err")
-    server.stdin.write(f"{HERE / program}\t{draws}\t{out}\t{err}\n")
-    server.stdin.flush()
-    ready, _, _ = select.select([server.stdout], [], [], TIMEOUT)
-    line = server.stdout.readline() if ready else ""
-    if not line:
-        server.kill()
-        pytest.fail(f"the tutorial server stopped or timed out: {log.read_text()[-3000:]}")
-    return subprocess.CompletedProcess([program], int(line), out.read_text(), err.read_text())
+def _run_symgrad(server, program: str, draws: Path) -> subprocess.CompletedProcess:
+    """``_run("symgrad", program, draws)``, forked by the server."""
+    return server.run("script", HERE / "_runner.py", ["symgrad", HERE / program, draws], cwd=HERE,
+                      timeout=TIMEOUT)
 
 
 def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:

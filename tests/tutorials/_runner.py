@@ -3,19 +3,14 @@
 
     python _runner.py torch PROGRAM DRAWS     # records the tensors torch's random factories returned
     python _runner.py symgrad PROGRAM DRAWS   # symgrad's random factories return those values
-    python _runner.py serve                   # ``symgrad`` runs, one forked child per program
 
-``serve`` starts as ``symgrad`` mode does (the import hook, then ``import symgrad``) and reads lines
-``PROGRAM<TAB>DRAWS<TAB>STDOUT FILE<TAB>STDERR FILE`` from stdin; for each it forks a child that goes on
-exactly as ``python _runner.py symgrad PROGRAM DRAWS`` would from there (and ends as that interpreter
-would: an uncaught exception's traceback and status 1, threads joined, exit handlers run), its output
-in the two files, and writes the child's return code back as a line.
+A child of tests/forkserver.py's server runs this file in ``symgrad`` mode with symgrad imported
+(behind the import hook) by the server: :func:`start_symgrad`.
 """
 
 import importlib
 import importlib.abc
 import importlib.util
-import os
 import pickle
 import runpy
 import sys
@@ -115,8 +110,8 @@ def main(mode: str, program: str, draws_path: str) -> None:
             with open(draws_path, "wb") as f:
                 pickle.dump(draws, f)
     else:
-        if "symgrad" not in sys.modules:   # (a child of ``serve`` has imported it)
-            _start_symgrad()
+        if "symgrad" not in sys.modules:   # (a fork server's child has imported it)
+            start_symgrad()
         import symgrad
 
         with open(draws_path, "rb") as f:
@@ -127,37 +122,11 @@ def main(mode: str, program: str, draws_path: str) -> None:
     np.seterr(all="ignore")
 
 
-def _start_symgrad():
+def start_symgrad():
+    """``import torch`` answered by symgrad, then ``import symgrad``."""
     sys.meta_path.insert(0, _TorchIsSymgrad())
     import symgrad  # noqa: F401
 
 
-def serve() -> list[str]:
-    """Fork a child per program read from stdin; returns, in the child only, its ``main`` arguments."""
-    _start_symgrad()
-    import symgrad.nn.init  # noqa: F401 - what _replaying imports, before the forks
-
-    for line in sys.stdin:
-        program, draws_path, out_path, err_path = line.rstrip("\n").split("\t")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            # the program's stdin is empty and its output goes to the files, not to the server's pipes
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            for fd, target in ((devnull, 0), (out, 1), (err, 2)):
-                os.dup2(fd, target)
-                os.close(fd)
-            sys.stdin = open(0, closefd=False)
-            sys.argv = [sys.argv[0], "symgrad", program, draws_path]
-            return sys.argv[1:4]
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.write(f"{os.waitstatus_to_exitcode(status)}\n")
-        sys.stdout.flush()
-    sys.exit(0)
-
-
 if __name__ == "__main__":
-    main(*(serve() if sys.argv[1] == "serve" else sys.argv[1:4]))
+    main(*sys.argv[1:4])
