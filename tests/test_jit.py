@@ -67,6 +67,8 @@ W1_PROBE = textwrap.dedent("""
 
 # The processes are forked by one server that has imported numpy, Numba and symgrad (most of a
 # probe's time; tests/forkserver.py); a child sets its own $SYMGRAD_CACHE_DIR, read at each use.
+# Forked children share the server's hash seed: that kernel names do not depend on it is checked by
+# fresh interpreters (tests/test_build_cache.py's warm second process, tests/test_kernel_keys.py's RNNs).
 _SETUP = "import numpy, numba, symgrad\nfrom codegen import jit"
 _server: list = []
 
