@@ -10,8 +10,8 @@ run). Its environment is the server's, except the variables the server allows a 
 libraries read some variables once at import (``SYMGRAD_TIERED``, Numba's), so a child may only set
 those read at each use. Children started together run at once.
 
-Server protocol, one tab-separated line each way: ``start KEY REQUEST_JSON`` (no answer) and
-``wait KEY``, answered with the child's return code.
+Server protocol, one tab-separated line each way: ``start KEY REQUEST_JSON``, answered with the
+child's process id, and ``wait KEY``, answered with its return code.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,8 @@ def _serve() -> dict:
             _become_child(request)
             return request
         children[key] = pid
+        sys.stdout.write(f"{pid}\n")
+        sys.stdout.flush()
     sys.exit(0)
 
 
@@ -88,6 +92,7 @@ class ForkServer:
         self.allowed_env = set(allowed_env)
         self.folder = Path(tempfile.mkdtemp(prefix="symgrad-forkserver-"))
         self.count = 0
+        self.running: dict = {}     # key -> process id of the children not waited for yet
         self.log = self.folder / "server.err"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
@@ -108,16 +113,32 @@ class ForkServer:
                    "stderr": str(self.folder / f"{key}.err")}
         self.proc.stdin.write(f"start\t{key}\t{json.dumps(request)}\n")
         self.proc.stdin.flush()
-        return dict(request, key=key)
+        pid = int(self._answer(60))
+        self.running[key] = pid
+        return dict(request, key=key, pid=pid)
+
+    def _answer(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self._kill_all()
+            raise RuntimeError(f"the fork server stopped or timed out:\n{self.log.read_text()[-3000:]}")
+        return line
+
+    def _kill_all(self) -> None:
+        for pid in self.running.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.running.clear()
+        self.proc.kill()
 
     def wait(self, child: dict, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
         self.proc.stdin.write(f"wait\t{child['key']}\n")
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.proc.kill()
-            raise RuntimeError(f"the fork server stopped or timed out:\n{self.log.read_text()[-3000:]}")
+        line = self._answer(timeout)
+        del self.running[child["key"]]
         out, err = Path(child["stdout"]), Path(child["stderr"])
         done = subprocess.CompletedProcess([child["kind"], child["target"], *child["args"]], int(line),
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
@@ -130,15 +151,16 @@ class ForkServer:
         return self.wait(self.start(kind, target, args, cwd=cwd, env=env), timeout)
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        """Stop the server; children never waited for (a test stopped early) are killed."""
         try:
+            self.proc.stdin.close()
+            if self.running:
+                self._kill_all()
             self.proc.wait(timeout=60)
         finally:
             self.proc.kill()
             self.proc.stdout.close()
-            for f in self.folder.iterdir():
-                f.unlink()
-            self.folder.rmdir()
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
