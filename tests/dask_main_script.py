@@ -9,7 +9,6 @@ import sys
 
 import dask.array as da
 import numpy as np
-from distributed import Client, LocalCluster
 
 import symgrad
 import symgrad.dask as sd
@@ -53,6 +52,8 @@ def compiled_losses(client):
 
 
 if __name__ == "__main__":
+    from distributed import Client, LocalCluster  # here: pytest's doctest collection imports this file
+
     processes = "processes" in sys.argv
     report: dict = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=":0",

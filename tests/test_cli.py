@@ -1,7 +1,8 @@
 """The `symgrad` command, run as a real process (`python -m symgrad.cli`) for every subcommand.
 
-Each process pays Python + numba + sympy start-up (about a second), so the commands are started
-together, once per module (see `runs`), and the tests read their results.
+The processes are forked by one that has imported numpy, Numba and symgrad (tests/forkserver.py: each
+runs as `python -m symgrad.cli ARGS` would); they are started together, once per module (see `runs`),
+and the tests read their results.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from forkserver import ForkServer
 
 import symgrad
 
@@ -47,22 +49,13 @@ def branchy(x):
 '''
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.update(extra)
-    return env
-
-
-def start(args: list[str], **env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "symgrad.cli", *args], cwd=REPO, env=_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 class Result:
-    def __init__(self, proc: subprocess.Popen) -> None:
-        out, err = proc.communicate(timeout=300)
-        self.returncode, self.stdout_bytes = proc.returncode, out
-        self.stdout, self.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    def __init__(self, done: subprocess.CompletedProcess) -> None:
+        self.returncode, self.stdout, self.stderr = done.returncode, done.stdout, done.stderr
 
     def __repr__(self) -> str:
         return f"<rc={self.returncode}\nstdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}>"
@@ -100,18 +93,17 @@ def runs(paths):
         "bench": ["bench", "--only", "W4", "--impls", "sg-vg", "--parts", "table", "--samples", "7",
                   "--min-sample-time", "0.001", "--json", str(paths["dir"] / "bench.json")],
     }
-    procs = {name: start(args) for name, args in cmds.items()}
+    # `python -m symgrad.cli ARGS`, forked by a process that has imported symgrad (tests/forkserver.py)
+    server = ForkServer("import numpy, numba, symgrad", cwd=REPO, env=_env())
+    procs = {name: server.start("-m", "symgrad.cli", args, cwd=REPO) for name, args in cmds.items()}
 
     class Lazy(dict):
         def __missing__(self, name):
-            self[name] = Result(procs[name])
+            self[name] = Result(server.wait(procs.pop(name), timeout=300))
             return self[name]
 
     yield Lazy()
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    server.close()      # kills the processes no test read (a -k selection)
 
 
 def run_main(capsys, *argv) -> Result:

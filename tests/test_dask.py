@@ -18,9 +18,6 @@ import pytest
 
 dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
-
-import scipy.optimize  # noqa: E402
 
 import symgrad  # noqa: E402
 import symgrad.dask as sd  # noqa: E402
@@ -39,6 +36,8 @@ RTOL = 1e-12
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
+    # imported here: only the worker running this module's cluster tests needs distributed
+    distributed = pytest.importorskip("distributed")
     cache = tmp_path_factory.mktemp("dask-worker-cache")
     path = os.pathsep.join(p for p in (HERE, os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p)
     env = {"SYMGRAD_CACHE_DIR": str(cache), "PYTHONPATH": path, "NUMBA_NUM_THREADS": "1"}
@@ -97,6 +96,8 @@ def test_logistic_1e6_rows_matches_single_machine(client, logistic_data):
 
 
 def test_lbfgs_fit_matches_single_machine(client, logistic_data):
+    import scipy.optimize
+
     X, y, X_np, y_np = logistic_data
     opts = {"maxiter": 20}
     dist = scipy.optimize.minimize(sd.value_and_grad(L.logistic, 0, (1, 2)), np.zeros(9), args=(X, y),
@@ -286,6 +287,7 @@ def test_closure_on_the_cluster_compiles_once_per_content(client):
 
 
 def _run_script(path, *args, timeout=240):
+    pytest.importorskip("distributed")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE),
                                                                     os.environ.get("PYTHONPATH")) if p),
                NUMBA_NUM_THREADS="1")

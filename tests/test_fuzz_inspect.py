@@ -160,8 +160,11 @@ INSPECT_KNOWN = {
 }
 
 
-@pytest.mark.parametrize("name", INSPECT_KNOWN)
-@pytest.mark.parametrize("no_cache", [False, True], ids=["cache", "no-cache"])
+# each program with the kernel cache; --no-cache (the same kernels, built in memory) for one of them in
+# the CI profile, for each under SYMGRAD_FUZZ=long
+@pytest.mark.parametrize("name, no_cache", [
+    pytest.param(name, no_cache, id=f"{'no-cache' if no_cache else 'cache'}-{name}")
+    for no_cache in (False, True) for name in INSPECT_KNOWN if not no_cache or LONG or name == "index_put_where"])
 def test_inspect_works_on_programs_with_max_and_masks(name, no_cache, tmp_path, capsys):
     shapes, lines = INSPECT_KNOWN[name]
     prog = Program(shapes, lines, "loss", "joint", "numba", False, True, 3)

@@ -5,9 +5,9 @@ are checked against the hash in their name, damaged or foreign modules and damag
 index/data files are rebuilt, unsafe directories are refused and read-only ones fall back to
 memory; two processes filling an empty cache at once both succeed; ``symgrad cache info|clear``.
 
-Cross-process behaviour runs in subprocesses (``PROBE``: one tiny kernel through
-``codegen.jit`` directly, about 1 s each); the rest runs in this process on kernels that are
-loaded but never called (no Numba compilation).
+Cross-process behaviour runs in other processes (``PROBE``: one tiny kernel through
+``codegen.jit`` directly), forked by a server that has imported the library; the rest runs in
+this process on kernels that are loaded but never called (no Numba compilation).
 """
 
 import hashlib
@@ -16,7 +16,6 @@ import pickle
 import shutil
 import stat
 import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+from forkserver import ForkServer
 
 import symgrad
 from codegen import jit
@@ -65,21 +65,38 @@ W1_PROBE = textwrap.dedent("""
 """)
 
 
-def _env(cache: Path) -> dict:
-    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
-    env.pop("NUMBA_CACHE_DIR", None)   # Numba's files beside the modules, where the tests look
-    return env
+# The processes are forked by one server that has imported numpy, Numba and symgrad (most of a
+# probe's time; tests/forkserver.py); a child sets its own $SYMGRAD_CACHE_DIR, read at each use.
+# Forked children share the server's hash seed: that kernel names do not depend on it is checked by
+# fresh interpreters (tests/test_build_cache.py's warm second process, tests/test_kernel_keys.py's RNNs).
+_SETUP = "import numpy, numba, symgrad\nfrom codegen import jit"
+_server: list = []
 
 
-def _start(cache: Path, code: str = PROBE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], env=_env(cache), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+def _processes() -> ForkServer:
+    if not _server:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env.pop("SYMGRAD_CACHE_DIR", None)
+        env.pop("NUMBA_CACHE_DIR", None)   # Numba's files beside the modules, where the tests look
+        _server.append(ForkServer(_SETUP, cwd=REPO, env=env, allowed_env={"SYMGRAD_CACHE_DIR"}))
+    return _server[0]
 
 
-def _finish(proc: subprocess.Popen) -> tuple[int, int, float]:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, f"probe failed:\n{err}"
-    hits, misses, value = out.split()
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_server():
+    yield
+    while _server:
+        _server.pop().close()
+
+
+def _start(cache: Path, code: str = PROBE) -> dict:
+    return _processes().start("-c", code, cwd=REPO, env={"SYMGRAD_CACHE_DIR": str(cache)})
+
+
+def _finish(child: dict) -> tuple[int, int, float]:
+    done = _processes().wait(child, timeout=120)
+    assert done.returncode == 0, f"probe failed:\n{done.stderr}"
+    hits, misses, value = done.stdout.split()
     return int(hits), int(misses), float(value)
 
 
@@ -356,8 +373,8 @@ def test_symgrad_cache_dir_relocates_the_cache(cache):
 # --- symgrad cache info|clear ----------------------------------------------------------------------
 
 def _cli(cache: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "symgrad", "cache", *args], env=_env(cache),
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    return _processes().run("-m", "symgrad", ["cache", *args], cwd=REPO, env={"SYMGRAD_CACHE_DIR": str(cache)},
+                            timeout=120)
 
 
 def test_cache_info_and_clear(warm_cache):

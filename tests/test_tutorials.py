@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import ForkServer
 
 HERE = Path(__file__).parent / "tutorials"
 sys.path.insert(0, str(HERE))
@@ -56,13 +57,38 @@ def _same_line(mine: str, theirs: str, tolerance: float = 2e-4) -> bool:
     return True
 
 
-def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
+# the programs of one run share a server (one worker starts it): each program is a child it forks
+pytestmark = pytest.mark.xdist_group("test_tutorials")
+TIMEOUT = 600
+
+
+def _env() -> dict:
     # the symgrad this test file belongs to, whatever copy is installed
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+
+def _run(mode: str, program: str, draws: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(HERE / "_runner.py"), mode, str(HERE / program), str(draws)],
-                          capture_output=True, text=True, timeout=600, cwd=HERE, env=env)
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=HERE, env=_env())
+
+
+@pytest.fixture(scope="module")
+def symgrad_server():
+    """Runs ``python _runner.py symgrad PROGRAM DRAWS`` as a fork of one interpreter that has imported
+    symgrad behind the import hook (tests/forkserver.py)."""
+    setup = f"import sys\nsys.path.insert(0, {str(HERE)!r})\nimport _runner\n_runner.start_symgrad()\n" \
+            "import symgrad.nn.init"
+    server = ForkServer(setup, cwd=HERE, env=_env())
+    yield server
+    server.close()
+
+
+def _run_symgrad(server, program: str, draws: Path) -> subprocess.CompletedProcess:
+    """``_run("symgrad", program, draws)``, forked by the server."""
+    return server.run("script", HERE / "_runner.py", ["symgrad", HERE / program, draws], cwd=HERE,
+                      timeout=TIMEOUT)
 
 
 def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:
@@ -84,17 +110,17 @@ def _torch_run(program: str, draws: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("program", [p[:-3] for p in PROGRAMS])
-def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path):
+def test_tutorial_runs_unchanged_and_prints_what_torch_prints(program, tmp_path, symgrad_server):
     program += ".py"
     draws = tmp_path / "draws.pkl"
     theirs = _torch_run(program, draws)
     if program in NOT_RUNNABLE_WITH_TORCH:
         assert theirs.returncode != 0, "runs with torch now: move it into the compared programs"
-        mine = _run("symgrad", program, draws)
+        mine = _run_symgrad(symgrad_server, program, draws)
         assert mine.returncode != 0 and "ModuleNotFoundError" in mine.stderr
         return
     assert theirs.returncode == 0, theirs.stderr[-2000:]
-    mine = _run("symgrad", program, draws)
+    mine = _run_symgrad(symgrad_server, program, draws)
     if program in EXPECTED_TO_FAIL:
         needle, reason = EXPECTED_TO_FAIL[program]
         last_line = mine.stderr.strip().splitlines()[-1] if mine.stderr.strip() else "(ran without error)"

@@ -3,6 +3,9 @@
 
     python _runner.py torch PROGRAM DRAWS     # records the tensors torch's random factories returned
     python _runner.py symgrad PROGRAM DRAWS   # symgrad's random factories return those values
+
+A child of tests/forkserver.py's server runs this file in ``symgrad`` mode with symgrad imported
+(behind the import hook) by the server: :func:`start_symgrad`.
 """
 
 import importlib
@@ -107,7 +110,8 @@ def main(mode: str, program: str, draws_path: str) -> None:
             with open(draws_path, "wb") as f:
                 pickle.dump(draws, f)
     else:
-        sys.meta_path.insert(0, _TorchIsSymgrad())
+        if "symgrad" not in sys.modules:   # (a fork server's child has imported it)
+            start_symgrad()
         import symgrad
 
         with open(draws_path, "rb") as f:
@@ -116,6 +120,12 @@ def main(mode: str, program: str, draws_path: str) -> None:
         runpy.run_path(program, run_name="__main__")
     sys.stdout.flush()
     np.seterr(all="ignore")
+
+
+def start_symgrad():
+    """``import torch`` answered by symgrad, then ``import symgrad``."""
+    sys.meta_path.insert(0, _TorchIsSymgrad())
+    import symgrad  # noqa: F401
 
 
 if __name__ == "__main__":
