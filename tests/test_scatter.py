@@ -375,11 +375,11 @@ def test_empty_index(parallel):
 
 # --- index arrays after full slices: x[:, idx], np.add.at(h, (slice(None), idx), v) ------------------
 
-# one serial and one parallel case per shape in CI (the parallel kernel of a leading-slices scatter
-# runs the slices on threads)
+# the parallel kernel of a leading-slices scatter (the slices on threads) is built in CI by
+# test_add_at_after_a_full_slice_fuses_its_gather; here under the long profile
 @pytest.mark.parametrize("parallel,dtype,shape,index_shape",
-                         [(False, np.float64, (5, 7), (6,)), (False, np.float32, (3, 4, 7), (2, 3)),
-                          (True, np.float64, (3, 4, 7), (6,)), (True, np.float32, (5, 7), (2, 3))])
+                         [(p, np.float64, (5, 7) if not p else (3, 4, 7), (6,)) for p in PARALLEL]
+                         + [(p, np.float32, (3, 4, 7) if not p else (5, 7), (2, 3)) for p in PARALLEL])
 def test_index_after_full_slices(parallel, dtype, shape, index_shape):
     r = np.random.default_rng(12)
     x = r.standard_normal(shape).astype(dtype)
