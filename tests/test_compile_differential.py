@@ -17,8 +17,9 @@ the CI profile compiles with Numba each op's first sample variant (with index ar
 constants) and its other variants with the numpy backend (the same trace, autodiff, partition and
 ``CompiledFunctionBackward``; only the loops run as numpy statements); groups whose loops other tests
 build with Numba op by op (the elementwise functions: tests/test_numba_emit.py and
-tests/test_numpy_usage_elementwise.py) and the linalg group (numpy calls joined by elementwise loops)
-compile entirely with the numpy backend.  ``SYMGRAD_FUZZ=long`` compiles every case with Numba.
+tests/test_numpy_usage_elementwise.py; in float32, tests/test_compile.py's one-kernel test) and the
+linalg group (numpy calls joined by elementwise loops) compile entirely with the numpy backend.
+``SYMGRAD_FUZZ=long`` compiles every case with Numba.
 
 Every Numba compile costs a fraction of a second, so the op cases of (a) and (b) are compiled in
 a handful of batches: one compiled function per group of ops, taking every case's arrays (and its
@@ -84,12 +85,18 @@ BACKEND = "numba"
 # in tests/test_numba_emit.py's UNARY list, both math modes and dtypes), the numpy surface's elementwise
 # functions (tests/test_numpy_usage_elementwise.py's COMPILED table) and the linalg group.
 NUMPY_IN_CI = {"unary", "numpy_unary", "numpy_special", "numpy_binary", "numpy_linalg"}
+# float32's elementwise ops whose float32 Numba loops tests/test_compile.py's one-kernel test and
+# tests/test_numba_emit.py build: in CI the float32 batch compiles them with the numpy backend
+FLOAT32_NUMPY_IN_CI = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "exp", "log", "sin", "tanh",
+                       "sigmoid", "sqrt", "relu", "abs", "erf", "maximum", "where.self"}
 ALL_NUMBA = os.environ.get("SYMGRAD_FUZZ", "") == "long"
 
 
-def _backend(group: str, variant: int = 0) -> str:
+def _backend(group: str, variant: int = 0, key: str | None = None) -> str:
     if ALL_NUMBA:
         return BACKEND
+    if group == "float32" and key in FLOAT32_NUMPY_IN_CI:
+        return "numpy"
     return "numpy" if group in NUMPY_IN_CI or variant > 0 else BACKEND
 
 
@@ -439,8 +446,8 @@ def _group_outcomes(group: str, dtype) -> dict:
                 out[(key, variant, index_inputs)] = Outcome(error=f"building the case: {type(exc).__name__}: {exc}")
         interactions: list = []
         by_id = {}
-        for backend in sorted({_backend(group, c.variant) for c in cases}):
-            batch = [c for c in cases if _backend(group, c.variant) == backend]
+        for backend in sorted({_backend(group, c.variant, c.key) for c in cases}):
+            batch = [c for c in cases if _backend(group, c.variant, c.key) == backend]
             by_id.update(_run_bisecting(batch, interactions, backend))
         out.update({c.slot: by_id[c.id] for c in cases})
         _CACHE[cache_key] = out
@@ -454,7 +461,7 @@ def _check_case(key: str, variant: int, index_inputs: bool, dtype, rtol: float, 
     case = Case(key, variant, dtype, index_inputs)
     if outcome.error:
         alone = "alone in its batch" if len(outcome.batch) <= 1 else f"batch {outcome.batch}"
-        backend = _backend(group, variant)
+        backend = _backend(group, variant, key)
         pytest.fail(f"{case.id}: compiling/running `sum(op(args) * W)` with backend={backend!r} failed "
                     f"({alone}):\n{outcome.error}\ninputs: {case.describe(case.example)}", pytrace=False)
     assert outcome.traces == 1, f"{case.id}: {outcome.traces} traces for two calls of the same shapes"
