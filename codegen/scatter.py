@@ -229,16 +229,19 @@ def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str, lead: bool
         out.append(f"{pad}s = {src}")
         return out
 
+    # the target row and source row of every position, checked once, for kernels that visit the
+    # positions more than once or out of order
+    rows_checked = (["    row_of = np.empty(positions, np.int64)",
+                     "    src_of = np.empty(positions, np.int64)",
+                     "    for t in range(positions):"]
+                    + checks("        ", "return t, {j}")
+                    + ["        row_of[t] = r",
+                       "        src_of[t] = s"])
+
     if lead:
-        # the rows each position names, checked once; then each leading slice ``b`` adds its values in
-        # position order (slices never share a row: they run in any order, or on separate threads)
-        lines += ["    row_of = np.empty(positions, np.int64)",
-                  "    src_of = np.empty(positions, np.int64)",
-                  "    for t in range(positions):"]
-        lines += checks("        ", "return t, {j}")
-        lines += ["        row_of[t] = r",
-                  "        src_of[t] = s",
-                  "    slices = target.shape[0]"]
+        # each leading slice ``b`` adds its values in position order (slices never share a row: they
+        # run in any order, or on separate threads)
+        lines += rows_checked + ["    slices = target.shape[0]"]
         add = ["for t in range(positions):",
                "    r = row_of[t]",
                "    s = src_of[t]",
@@ -263,14 +266,8 @@ def scatter_kernel_source(k: int, k2: int, parallel: bool, name: str, lead: bool
         lines.append("    return -1, 0")
         return decorator(False, False) + "\n" + "\n".join(lines)
     chunks = PARALLEL_CHUNKS
-    lines += ["    rows = target.shape[0]",
-              "    row_of = np.empty(positions, np.int64)",
-              "    src_of = np.empty(positions, np.int64)",
-              "    for t in range(positions):"]
-    lines += checks("        ", "return t, {j}")
-    lines += ["        row_of[t] = r",
-              "        src_of[t] = s",
-              "    # positions sorted by row, stably: each row's values keep their order",
+    lines += ["    rows = target.shape[0]"] + rows_checked
+    lines += ["    # positions sorted by row, stably: each row's values keep their order",
               "    start = np.zeros(rows + 1, np.int64)",
               "    for t in range(positions):",
               "        start[row_of[t] + 1] += 1",
