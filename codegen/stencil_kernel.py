@@ -93,7 +93,8 @@ _ALL, _ROWS, _SPREAD = "all", "rows", "spread"
 
 
 def _reduction_form(node: Node) -> tuple[str, tuple[int, ...]] | None:
-    """``(form, reduced dims)`` of a ``sum``/``mean`` a stencil loop computes, else None."""
+    """``(form, reduced dims)`` of a ``sum``/``mean`` a stencil loop computes, else None (kept per node in
+    :attr:`_Plan.forms`)."""
     src = node.args[0] if node.args else None
     dims = reduction_dims(node, len(src.shape)) if isinstance(src, Value) else None
     if dims is None:
@@ -104,6 +105,11 @@ def _reduction_form(node: Node) -> tuple[str, tuple[int, ...]] | None:
     if not reduced:
         return None
     return (_ROWS if reduced == tuple(range(reduced[0], rank)) else _SPREAD), reduced
+
+
+def _reduced_count(r: Node, reduced: tuple[int, ...]) -> int:
+    """How many elements each result of reduction ``r`` over dims ``reduced`` sums (a mean's divisor)."""
+    return int(np.prod([int(r.args[0].shape[d]) for d in reduced]))
 
 
 def _zero(v: Value) -> str:
@@ -177,16 +183,21 @@ class _Kernel:
         return "out_" + self.plan.names[v.name].rstrip("_")
 
     def form(self, r: Node) -> str:
-        return _reduction_form(r)[0]
+        return self.plan.forms[r][0]
+
+    def in_arrays(self) -> list[Node]:
+        """The reductions this loop writes to arrays it is passed, in parameter order: row sums, then
+        the others over some dims."""
+        return [r for form in (_ROWS, _SPREAD) for r in self.reductions if self.form(r) == form]
 
     def partial_starts(self, depth: int) -> list[int]:
         """The row sums over the dims from ``depth`` on (their accumulators start at that loop)."""
         return [j for j, r in enumerate(self.reductions)
-                if self.form(r) == _ROWS and _reduction_form(r)[1][0] == depth]
+                if self.form(r) == _ROWS and self.plan.forms[r][1][0] == depth]
 
     def spread_at(self, r: Node) -> str:
         """Where an element of ``r``'s input lands in ``r``'s array (the kept dims; reduced ones kept as 0)."""
-        reduced, keep = _reduction_form(r)[1], len(r.outputs[0].shape) == len(r.args[0].shape)
+        reduced, keep = self.plan.forms[r][1], len(r.outputs[0].shape) == len(r.args[0].shape)
         at = [f"i{d}" if d not in reduced else "0" for d in range(len(r.args[0].shape))
               if d not in reduced or keep]
         return ", ".join(at)
@@ -194,11 +205,11 @@ class _Kernel:
     def partial_store(self, j: int, indent: str) -> str:
         """The statement writing row sum ``acc_<j>`` (a mean divided by its count) to its array."""
         r = self.reductions[j]
-        k, out = _reduction_form(r)[1][0], r.outputs[0]
+        k, out = self.plan.forms[r][1][0], r.outputs[0]
         at = [f"i{d}" for d in range(k)] + ["0"] * (len(out.shape) - k)   # kept dims: index 0
-        count = int(np.prod([int(n) for n in r.args[0].shape[k:]]))
         value = f"acc_{j}"
         if op_facts.reduction_kind(r.op) == "mean":
+            count = _reduced_count(r, self.plan.forms[r][1])
             value = f"acc_{j} / {count}" if count else "np.nan"
         return f"{indent}{self.out(out)}[{', '.join(at)}] = {value}"
 
@@ -242,8 +253,7 @@ class _Kernel:
             edges.append([tuple(s) for s in short])
         lines = self._nest(0, [], "    ", runs, edges, identity)
         outs = [self.out(v) for v in self.arrays if v.shape != ()]
-        outs += [self.out(r.outputs[0]) for r in self.reductions if self.form(r) == _ROWS]
-        outs += [self.out(r.outputs[0]) for r in self.reductions if self.form(r) == _SPREAD]
+        outs += [self.out(r.outputs[0]) for r in self.in_arrays()]
         params = list(self.params.values()) + outs + [c for c, _ in self.constants]
         head = [f"def stencil_{self.k}({', '.join(params)}):"]
         if self.vectorise and self.rank:
@@ -357,7 +367,7 @@ class _Body:
             kind = _LEAF
         if kind in (_LEAF, _REDUCTION):
             param = kernel.param(v)
-            full = kind == _REDUCTION and _reduction_form(node)[0] == _ALL
+            full = kind == _REDUCTION and plan.forms[node][0] == _ALL
             if v.shape == () or full:   # a full reduction is one number, wherever it is read
                 kernel.numbers.add(v)
                 return param
@@ -427,6 +437,7 @@ class _Plan:
                 self.names[o.name] = _ident(o.name)
         needed = self._needed()
         self.kinds = {n: _kind(n) for n in graph.nodes if n in needed}
+        self.forms = {n: _reduction_form(n) for n, k in self.kinds.items() if k == _REDUCTION}
         if not any(k == _SHIFTED and n.op not in IN_PLACE_READS for n, k in self.kinds.items()):
             raise _Unsupported("no shifted read")   # the loop fuser's kernels are as good
         # constants of one value (a pad's fill) are literals of the kernels
@@ -610,11 +621,7 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                 args.append(src)
             else:
                 args.append(f"float({src})" if v.dtype.is_floating_point else f"{src}.item()")
-        spread = [r for r in kernel.reductions if kernel.form(r) == _SPREAD]
-        for r in spread:   # added into from zero, in float64 (a float32 result is rounded once, after)
-            body.append(f"    {names[r.outputs[0].name]} = np.zeros({tuple(int(s) for s in r.outputs[0].shape)!r})")
-        partial = [r.outputs[0] for r in kernel.reductions if kernel.form(r) == _ROWS]
-        for v in kernel.arrays + partial:
+        for v in kernel.arrays:
             if v in pooled:
                 body.append(f"    {names[v.name]} = buf_[{pooled.index(v)}]")
                 args.append(names[v.name])
@@ -622,7 +629,14 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
                 body.append(f"    {names[v.name]} = np.empty({tuple(int(s) for s in v.shape)!r}, "
                             f"dtype=np.{np.dtype(v.dtype.np).name})")
                 args.append(names[v.name])
-        args += [names[r.outputs[0].name] for r in spread]
+        for r in kernel.in_arrays():
+            v, shape = r.outputs[0], tuple(int(s) for s in r.outputs[0].shape)
+            if kernel.form(r) == _SPREAD:   # added into from zero in float64 (a float32 result: rounded once, after)
+                body.append(f"    {names[v.name]} = np.zeros({shape!r})")
+            else:
+                body.append(f"    {names[v.name]} = np.empty({shape!r}, dtype=np.{np.dtype(v.dtype.np).name})")
+            args.append(names[v.name])
+        spread = [r for r in kernel.reductions if kernel.form(r) == _SPREAD]
         args += [repr(float(value)) for _, value in kernel.constants]
         full = [r for r in kernel.reductions if kernel.form(r) == _ALL]
         results = [names[v.name] for v in kernel.arrays] + [names[r.outputs[0].name] for r in full]
@@ -637,7 +651,7 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
         for r in full + spread:
             out = names[r.outputs[0].name]
             if op_facts.reduction_kind(r.op) == "mean":
-                count = int(np.prod([int(r.args[0].shape[d]) for d in _reduction_form(r)[1]]))
+                count = _reduced_count(r, plan.forms[r][1])
                 body.append(f"    {out} = {out} / {count}" if count else f"    {out} = {out} * np.nan")
             if r.outputs[0].dtype.np != np.float64:
                 body.append(f"    {out} = np.asarray({out}, dtype={np.dtype(r.outputs[0].dtype.np).name!r})")
@@ -647,7 +661,7 @@ def _emit(plan: _Plan, name: str, vector: dict, vector_import: str, vectorise: b
             outputs_done.add(v)
     for v in graph.outputs:   # a reduction that keeps its dims (one number in the glue)
         if v is not None and v.shape != () and plan.kinds.get(v.producer) == _REDUCTION and v not in plan.inputs \
-                and _reduction_form(v.producer)[0] == _ALL:
+                and plan.forms[v.producer][0] == _ALL:
             body.append(f"    {names[v.name]} = np.asarray({names[v.name]}, "
                         f"dtype={np.dtype(v.dtype.np).name!r}).reshape({tuple(int(s) for s in v.shape)!r})")
     glue = [f"def {name}({', '.join(names[v.name] for v in graph.placeholders)}):"] + body
