@@ -128,18 +128,17 @@ def write_json(path: Path, payload: Any) -> None:
         log.info("symgrad: could not write cache entry %s (%s)", path.name, exc)
 
 
-def _unloaded_numba_version() -> str | None:
-    """``numba.__version__`` without importing Numba: the version in its versioneer file (which
-    ``__version__`` is read from), else the installed distribution's metadata (slower: it scans the
-    path and loads the email parser)."""
+def _unloaded_version(package: str, filename: str, parse) -> str | None:
+    """``package.__version__`` without importing the package: ``parse`` of the text of its file
+    ``filename`` (where ``__version__`` is read from), else the installed distribution's metadata
+    (slower: it scans the path and loads the email parser)."""
     try:
-        spec = importlib.util.find_spec("numba")
-        text = (Path(spec.origin).parent / "_version.py").read_text()
-        return str(json.loads(text.split("'''")[1])["version"])
+        spec = importlib.util.find_spec(package)
+        return str(parse((Path(spec.origin).parent / filename).read_text()))
     except (ImportError, AttributeError, TypeError, OSError, IndexError, ValueError, KeyError):
         pass
     try:
-        return importlib.metadata.version("numba")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -151,7 +150,7 @@ def _numba_facts() -> str:
     numba = sys.modules.get("numba")
     if numba is not None and hasattr(numba, "config"):
         return f"{numba.__version__} threads {numba.config.NUMBA_NUM_THREADS}"
-    version = _unloaded_numba_version()
+    version = _unloaded_version("numba", "_version.py", lambda text: json.loads(text.split("'''")[1])["version"])
     if version is None:  # pragma: no cover - numba is a dependency
         return "none"
     threads = os.environ.get("NUMBA_NUM_THREADS", "").strip()
@@ -166,16 +165,8 @@ def _sympy_version() -> str | None:
     sympy = sys.modules.get("sympy")
     if sympy is not None and hasattr(sympy, "__version__"):
         return str(sympy.__version__)
-    try:
-        spec = importlib.util.find_spec("sympy")
-        text = (Path(spec.origin).parent / "release.py").read_text()
-        return text.split("__version__", 1)[1].split("=", 1)[1].strip().splitlines()[0].strip("\"'")
-    except (ImportError, AttributeError, TypeError, OSError, IndexError):
-        pass
-    try:
-        return importlib.metadata.version("sympy")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - sympy is a dependency
-        return None
+    return _unloaded_version("sympy", "release.py", lambda text: text.split("__version__", 1)[1].split("=", 1)[1]
+                             .strip().splitlines()[0].strip("\"'"))
 
 
 @functools.cache
