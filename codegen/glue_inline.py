@@ -88,21 +88,26 @@ def _select_statements(n: Node, names: dict) -> list[str] | None:
     return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = {names[x.name]}[{key}]"]
 
 
+def _between_arrays(n: Node) -> bool:
+    """Whether view node ``n`` takes an array (not 0-d) to an array: then the glue may write it inline."""
+    x = n.args[0]
+    return isinstance(x, Value) and bool(len(x.shape)) and bool(len(n.outputs[0].shape))
+
+
 @register(_INLINE, "view", "_unsafe_view")
 def _view_statements(n: Node, names: dict) -> list[str] | None:
-    x = n.args[0]
-    if not (isinstance(x, Value) and len(x.shape) and len(n.outputs[0].shape)):
+    if not _between_arrays(n):
         return None
     shape = tuple(int(s) for s in n.outputs[0].shape)
-    return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = np.reshape({names[x.name]}, {shape!r})"]
+    source = names[n.args[0].name]
+    return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = np.reshape({source}, {shape!r})"]
 
 
 def _array_method_view(n: Node, names: dict, call: str) -> list[str] | None:
-    """A view taken by an ndarray method, when input and result are arrays (not 0-d)."""
-    x = n.args[0]
-    if not (isinstance(x, Value) and len(x.shape) and len(n.outputs[0].shape)):
+    """A view taken by an ndarray method (see :func:`_between_arrays`)."""
+    if not _between_arrays(n):
         return None
-    return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = {names[x.name]}.{call}"]
+    return [f"    # {node_comment(n)}", f"    {names[n.outputs[0].name]} = {names[n.args[0].name]}.{call}"]
 
 
 @register(_INLINE, "t")
