@@ -1,4 +1,4 @@
-"""Benchmarks for symgrad (DESIGN.md section 6).
+"""Benchmarks for symgrad (the workloads and peers of benchmarks/README.md).
 
 - :mod:`benchmarks.workloads` - the workloads W1-W5 as data: seeded inputs, a numpy forward, a
   hand-written numpy gradient and a "torch-like" implementation written against a module ``T``

@@ -1,4 +1,4 @@
-"""The benchmark suite: symgrad against the tools users would otherwise pick (DESIGN.md section 6).
+"""The benchmark suite: symgrad against the tools users would otherwise pick (benchmarks/README.md).
 
     python -m benchmarks.suite                     # the full run (about 10 minutes on 2 vCPUs)
     python -m benchmarks.suite --quick             # under 2 minutes: one thread, fewer samples, smaller extras

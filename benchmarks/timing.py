@@ -1,4 +1,4 @@
-"""Interleaved timing of several implementations in one process (DESIGN.md section 6).
+"""Interleaved timing of several implementations in one process (benchmarks/README.md).
 
 The rules: warm every implementation up first; then take at least 7 samples of each, every sample
 at least 20 ms of wall time (a fast call is repeated ``number`` times inside a sample and the

@@ -1,4 +1,4 @@
-"""The benchmark workloads of DESIGN.md section 6, as data.
+"""The benchmark workloads W1-W5 (benchmarks/README.md), as data.
 
 Every workload is one forward+backward of a scalar loss and comes with
 

@@ -1,5 +1,6 @@
 """The layers of docs/architecture.md hold: imports only go down, and every module loads alone."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,28 @@ def _modules() -> list[str]:
                 continue
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
+
+
+# Optional dependencies (the extras of pyproject.toml) a module may import at its top.
+OPTIONAL = ("torch", "dask", "distributed", "cloudpickle", "graphviz", "jax", "matplotlib")
+
+
+def _optional_dependency(module: str) -> str | None:
+    """The optional package ``module`` imports at its top level, if any (it then loads only with it)."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = ROOT / module.replace(".", "/") / "__init__.py"
+    for node in ast.parse(path.read_text()).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        for name in names:
+            if name.split(".")[0] in OPTIONAL:
+                return name.split(".")[0]
+    return None
+
+
+def _modules_needing(dependency: str | None) -> list[str]:
+    return [m for m in _modules() if _optional_dependency(m) == dependency]
 
 
 def test_layers_contract_is_kept():
@@ -74,13 +97,21 @@ def _loaded_by_import_symgrad() -> set[str]:
     return set(run.stdout.split())
 
 
-def test_every_module_imports_alone_in_a_fresh_interpreter():
-    modules = _modules()
-    assert len(modules) > 40
+@pytest.mark.parametrize("dependency", [None, *sorted({_optional_dependency(m) for m in _modules()} - {None})],
+                         ids=lambda d: d or "core")
+def test_every_module_imports_alone_in_a_fresh_interpreter(dependency):
+    """Every module loads alone; those that import an optional dependency at their top are checked
+    with it installed and skip without it (their own parameter of this test)."""
+    if dependency is not None:
+        pytest.importorskip(dependency)
+    modules = _modules_needing(dependency)
+    assert modules
+    if dependency is None:
+        assert len(modules) > 40
     # importing symgrad.X runs symgrad/__init__ to the end before X: for an X that `import symgrad`
     # loads, that is exactly the child importing `symgrad`, so one child covers them all
     covered = _loaded_by_import_symgrad()
-    assert "symgrad" in modules and len(covered) > 20
+    assert "symgrad" in _modules() and len(covered) > 20
     alone = [m for m in modules if m not in covered and m != "symgrad"]
     run = subprocess.run([sys.executable, "-c", _FORK_EACH, *alone], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -18,7 +18,7 @@ try:  # the oracle for the torch-named functions; the numpy table needs only num
 except ImportError:  # pragma: no cover
     torch = None
 
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is the oracle of this test")
+needs_torch = pytest.mark.skipif(torch is None, reason="could not import 'torch': PyTorch is the oracle of this test")
 
 
 def m(*shape):

@@ -6,7 +6,7 @@ Each example is kept verbatim as a string (only ``import torch`` becomes
 with that code: the printed text (memory addresses and module prefixes of node reprs removed),
 node class names via ``type(node).__name__``, values, and the errors PyTorch raises.
 
-Where a seed's comments disagree with PyTorch, PyTorch wins (DESIGN.md section 4):
+Where a seed's comments disagree with PyTorch, PyTorch wins (docs/eager.md, "Where symgrad follows PyTorch"):
 
 * seed 000 example 2: ``z = y.detach() + 2`` does not require grad, its ``grad_fn`` is None,
   and ``z.backward()`` raises RuntimeError (the seed claims AddBackward0 and a zero gradient);
