@@ -98,6 +98,7 @@ class Tensor:
     _retains_grad = False
     _vc = None  # the VersionCounter, created when first needed (most temporaries never need one)
     _numpy_face = False  # see is_numpy_face
+    _view_info = None    # a view's base and the view ops that make it (symgrad.ops.views.ViewInfo)
 
     # numpy must defer to Tensor's reflected operators (np.float64(2) * t -> Tensor.__rmul__)
     __array_priority__ = 1000
@@ -267,6 +268,15 @@ class Tensor:
         return self
 
     @property
+    def _base(self) -> Tensor | None:
+        """The root tensor whose memory this view shares (None when this is not a view)."""
+        info = self._view_info
+        return None if info is None else info.base
+
+    def _is_view(self) -> bool:
+        return self._view_info is not None
+
+    @property
     def is_leaf(self) -> bool:
         return self._grad_fn is None
 
@@ -370,6 +380,8 @@ class Tensor:
 
     def detach_(self) -> Tensor:
         """Cut this tensor from the graph in place: it becomes a leaf that does not require grad."""
+        if self._view_info is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self._grad_fn = None
         self._output_nr = 0
         self._requires_grad = False

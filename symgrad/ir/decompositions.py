@@ -54,8 +54,15 @@ def _addmm(self, mat1, mat2):
     return F.mm(mat1, mat2) + self
 
 
+def _as_strided(self, size, stride, storage_offset=None, positions=()):
+    # the view reads memory beyond its input's shape; a graph passes values, not memory: a gather of the
+    # same elements (in-place writes through views are out-of-place in a graph)
+    return F._call("index.Tensor", self, positions) if self.ndim else F.expand(self, tuple(size))
+
+
 DECOMPOSITIONS: dict[str, Callable] = {
     "logsumexp": _logsumexp,
+    "as_strided": _as_strided,
     "_softmax": _softmax,
     "addmm": _addmm,
     "mse_loss": NNF._mse_loss_composite,

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..autograd.grad_mode import STATE
 from ..dtypes import from_numpy_dtype
-from ..ops import registry
+from ..ops import registry, views
 from ..ops.numpy_surface.face import make_numpy_face
 from ..tensor import Tensor, is_numpy_face
 from .decompositions import DECOMPOSITIONS
@@ -138,6 +138,8 @@ class Tracer:
         return v is not None and not (v.producer is not None and v.producer.op == "constant")
 
     def _as_value(self, t: Tensor) -> Value:
+        if views.is_stale(t):   # a view whose base changed in place: replay it on the base's new value
+            views.regenerate(t)
         v = self.value_of(t)
         if v is not None and t._vc is not None and self._versions.get(id(t), t._vc.value) != t._vc.value:
             raise TraceError(

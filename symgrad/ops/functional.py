@@ -22,6 +22,7 @@ import numpy as np
 from .. import _device
 from .. import dtypes as _dt
 from ..autograd.grad_mode import ERR_INFERENCE_INPLACE, INFERENCE_COUNTER, STATE
+from ..autograd.node import SavedVariable
 from ..rules.vocab import (
     _exclusive_prod,
     _np_cumprod_backward,
@@ -32,7 +33,7 @@ from ..rules.vocab import (
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
 from ..tensor import Tensor, is_numpy_face
-from . import registry
+from . import registry, views
 from .registry import apply, forward, get
 
 _Number = (numbers.Number, np.generic)
@@ -751,7 +752,30 @@ def reshape(input, *shape) -> Tensor:
     return _call("view", as_tensor(input), _size_arg(shape))
 
 
-view = reshape
+def view(input, *shape) -> Tensor:
+    """PyTorch's ``view``: the same memory in another shape (ViewBackward0); an error when the strides do
+    not allow it without a copy (``reshape`` copies then)."""
+    t = as_tensor(input)
+    size = _size_arg(shape)
+    if not t._data.flags.c_contiguous and not _viewable(t._data, size):
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                           "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return _call("view", t, size)
+
+
+def _viewable(a: np.ndarray, size: tuple) -> builtins.bool:
+    """Whether ``a`` can take shape ``size`` without a copy (an invalid size is the op's own error)."""
+    known = builtins.int(np.prod([s for s in size if s != -1]))
+    if size.count(-1) == 1 and known:
+        size = tuple(a.size // known if s == -1 else s for s in size)
+    if builtins.int(np.prod(size)) != a.size:
+        return True
+    probe = a.view()
+    try:
+        probe.shape = size
+    except AttributeError:
+        return False
+    return True
 
 
 @forward("_to_copy")
@@ -1334,15 +1358,32 @@ def _negative_step_slice(t: Tensor, dim: int, start: int, stop: int, step: int) 
 
 # --- in-place ops ---------------------------------------------------------------------------
 
-def _check_inplace_leaf(t: Tensor) -> None:
+def _check_inplace_leaf(t: Tensor, recorded: builtins.bool | None = None) -> None:
+    """PyTorch's refusals of an in-place op on ``t``; ``recorded``: whether autograd records it (None:
+    whether ``t`` itself requires grad in grad mode)."""
     if t._vc is INFERENCE_COUNTER and not STATE.inference:
         raise RuntimeError(ERR_INFERENCE_INPLACE)
     if STATE.enabled and t._grad_fn is None and t._requires_grad:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    views.check_inplace(t, STATE.enabled and t.requires_grad if recorded is None else recorded)
+
+
+def _records(t: Tensor, others) -> builtins.bool:
+    """Whether autograd records an in-place op on ``t`` with the tensors ``others``."""
+    return STATE.enabled and (t.requires_grad or builtins.any(isinstance(a, Tensor) and a.requires_grad
+                                                              for a in others))
+
+
+def _tracing() -> builtins.bool:
+    rec = registry._recorder
+    return rec is not None and rec.records_graph
 
 
 def _write_inplace(t: Tensor, result: Tensor, op_name: str) -> Tensor:
-    """Copy an out-of-place result into ``t`` and move ``t`` onto the result's node."""
+    """Copy an out-of-place result into ``t`` and move ``t``'s history onto the result's.
+
+    For a view, the root base is rebased instead (:mod:`symgrad.ops.views`) when autograd records the
+    op or a trace follows it; the view then regenerates its ``grad_fn`` from the base's."""
     data = result._data
     if data.dtype != t._data.dtype and data.dtype.kind == "f" and t._data.dtype.kind != "f":
         raise RuntimeError(f"{op_name}: result type {_dt.from_numpy_dtype(data.dtype).name} can't be cast to "
@@ -1350,14 +1391,59 @@ def _write_inplace(t: Tensor, result: Tensor, op_name: str) -> Tensor:
     if data.shape != t._data.shape:
         raise RuntimeError(f"{op_name}: output with shape {list(t.shape)} doesn't match the broadcast shape "
                            f"{list(data.shape)}")
+    info = t._view_info
+    if info is not None and (result._grad_fn is not None or _tracing()):
+        return _write_through_view(t, info, result)
+    old_node, old_nr = t._grad_fn, t._output_nr
     np.copyto(t._data, data, casting="unsafe")
     t._version_counter.value += 1
+    _saved_output_is(result, t)
     if registry._recorder is not None:
         registry._recorder.rebind(t, result)
     if result._grad_fn is not None:
         t._grad_fn = result._grad_fn
         t._output_nr = result._output_nr
+        views.move_retained_grad(t, old_node, old_nr)
+    if result._grad_fn is not None or _tracing():
+        views.mark_stale(t, result._grad_fn is not None)
     return t
+
+
+def _write_through_view(t: Tensor, info, result: Tensor) -> Tensor:
+    """Write a view's new value into its base's memory and rebase the base onto ``CopySlices``."""
+    base = info.base
+    if result._data.dtype != t._data.dtype:
+        result = to(result, t.dtype)
+    new_base = _call("copy_slices", _alias_for_inplace(base, False), result, views.written_region(t))
+    old_node, old_nr = base._grad_fn, base._output_nr
+    np.copyto(t._data, result._data, casting="unsafe")
+    t._version_counter.value += 1
+    _saved_output_is(result, t)
+    if registry._recorder is not None:
+        registry._recorder.rebind(base, new_base)
+    recorded = new_base._grad_fn is not None
+    if recorded:
+        base._grad_fn, base._output_nr = new_base._grad_fn, new_base._output_nr
+        views.move_retained_grad(base, old_node, old_nr)
+    old_view_node, old_view_nr = t._grad_fn, t._output_nr
+    views.mark_stale(base, recorded)
+    if recorded and t._retains_grad:
+        views.regenerate(t)     # now, so that its retained gradient moves to the new node
+        views.move_retained_grad(t, old_view_node, old_view_nr)
+    return t
+
+
+def _saved_output_is(result: Tensor, t: Tensor) -> None:
+    """An op that saved its output (``exp_``, ``sigmoid_``) saved ``t`` itself, as in PyTorch: a later
+    in-place change of ``t`` makes its backward raise the version error."""
+    node = result._grad_fn
+    saved = getattr(node, "_saved", None) if node is not None else None
+    if not saved:
+        return
+    for sv in saved.values():
+        if isinstance(sv, SavedVariable) and sv.is_output and sv.data is result._data:
+            sv.counter, sv.data = t._version_counter, t._data
+            sv.version = sv.counter.value
 
 
 def _alias_for_inplace(t: Tensor, needs_old_value: bool) -> Tensor:
@@ -1372,13 +1458,10 @@ def _alias_for_inplace(t: Tensor, needs_old_value: bool) -> Tensor:
 
 def inplace(t: Tensor, fn, *args, name: str = "inplace") -> Tensor:
     """Run ``fn(t, *args)`` out of place and write the result back into ``t`` (``add_`` and friends)."""
-    _check_inplace_leaf(t)
-    if not STATE.enabled or not (t.requires_grad or builtins.any(isinstance(a, Tensor) and a.requires_grad
-                                                         for a in args)):
-        # nothing to record: the op runs on t itself (no copy of the old value is needed)
-        return _write_inplace(t, fn(_alias_for_inplace(t, False), *args), name)
-    result = fn(_alias_for_inplace(t, True), *args)
-    return _write_inplace(t, result, name)
+    recorded = _records(t, args)
+    _check_inplace_leaf(t, recorded)
+    # the old value is copied when a node may save it (the write would change it under the node)
+    return _write_inplace(t, fn(_alias_for_inplace(t, recorded), *args), name)
 
 
 @forward("zero_")
@@ -1420,15 +1503,17 @@ def _copy_slices_fwd(self, src, indices):
 
 
 def setitem(t: Tensor, idx, value) -> None:
-    """``t[idx] = value``; on a non-leaf this records a CopySlices node."""
+    """``t[idx] = value``: CopySlices for basic indexing, IndexPutBackward0 for advanced indexing, as in
+    PyTorch (on a view, the write rebases the view's base)."""
     idx = _index_key(idx)
     if not is_numpy_face(t) and builtins.any(isinstance(i, builtins.slice) and i.step is not None and i.step < 0
                                     for i in (idx if isinstance(idx, tuple) else (idx,))):
         raise ValueError("step must be greater than zero")  # PyTorch's refusal; numpy-face values write
-    _check_inplace_leaf(t)
     v = _operand(value)
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
         v = to(v, t.dtype)
+    recorded = _records(t, (v,))
+    _check_inplace_leaf(t, recorded)
     tracing = registry._recorder is not None
     mask = _whole_mask(t, idx)
     if tracing and mask is not None and t._data.dtype.kind == "f" and \
@@ -1437,7 +1522,7 @@ def setitem(t: Tensor, idx, value) -> None:
         # mask comes from the inputs (the gathered t[mask] would have a shape that depends on the values)
         _write_inplace(t, where(mask, v, _alias_for_inplace(t, False)), "setitem")
         return
-    if tracing or (STATE.enabled and (t.requires_grad or (isinstance(v, Tensor) and v.requires_grad))):
+    if tracing or recorded or (t._view_info is not None and _tracing()):
         advanced = builtins.any(_is_advanced(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         if advanced:  # PyTorch records IndexPutBackward0 here, CopySlices for basic indexing
             if is_numpy_face(t) and isinstance(v, Tensor):
@@ -1765,19 +1850,132 @@ def _diagonal_positions(rows: int, cols: int, offset: int) -> tuple[np.ndarray, 
     return r[keep], c[keep]
 
 
+def _writable_diagonal(a: np.ndarray, offset: int, dim1: int, dim2: int) -> np.ndarray:
+    """``np.diagonal`` as a writable view of ``a`` (numpy's own is read-only)."""
+    d = np.diagonal(a, offset, dim1, dim2)
+    if d.size == 0:
+        return np.zeros(d.shape, dtype=a.dtype)
+    start = [builtins.slice(None)] * a.ndim
+    start[dim1] = builtins.slice(builtins.max(-offset, 0), None)
+    start[dim2] = builtins.slice(builtins.max(offset, 0), None)
+    return np.lib.stride_tricks.as_strided(a[tuple(start)], d.shape, d.strides)
+
+
+@forward("diagonal", view=True)
+def _diagonal_fwd(self, offset=0, dim1=0, dim2=1):
+    return _writable_diagonal(self, offset, dim1, dim2)
+
+
+@forward("diagonal_backward")
+def _diagonal_backward_fwd(grad_output, input_sizes, offset, dim1, dim2):
+    out = np.zeros(input_sizes, dtype=grad_output.dtype)
+    if out.size:
+        _writable_diagonal(out, offset, dim1, dim2)[...] = grad_output
+    return out
+
+
 def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-    """The ``offset``-th diagonal of the ``dim1`` x ``dim2`` planes, as the last dimension."""
+    """The ``offset``-th diagonal of the ``dim1`` x ``dim2`` planes, as the last dimension (a view, as in
+    PyTorch: writing into it writes into the input)."""
     t = as_tensor(input)
     if t.ndim < 2:
         raise RuntimeError(f"diagonal: input must be at least 2-d, got {t.ndim}-d")
     d1, d2 = _check_dim(int(dim1), t.ndim, "diagonal"), _check_dim(int(dim2), t.ndim, "diagonal")
     if d1 == d2:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-    rest = [d for d in range(t.ndim) if d not in (d1, d2)]
-    if rest + [d1, d2] != list(range(t.ndim)):
-        t = permute(t, tuple(rest + [d1, d2]))
-    r, c = _diagonal_positions(t.shape[-2], t.shape[-1], int(offset))
-    return _call("index.Tensor", t, (Ellipsis, r, c))
+    return _call("diagonal", t, int(offset), d1, d2)
+
+
+def diagonal_backward(grad, input_sizes, offset, dim1, dim2) -> Tensor:
+    return _call("diagonal_backward", grad, tuple(input_sizes), offset, dim1, dim2)
+
+
+def _storage_positions(a: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The offsets (in elements) of ``a``'s elements from the start of ``owner``'s memory."""
+    item = a.itemsize
+    pos = np.full(a.shape, (a.__array_interface__["data"][0] - owner.__array_interface__["data"][0]) // item,
+                  dtype=np.intp)
+    for d, (n, s) in enumerate(zip(a.shape, a.strides)):
+        pos = pos + np.arange(n, dtype=np.intp).reshape((1,) * d + (n,) + (1,) * (a.ndim - d - 1)) * (s // item)
+    return pos
+
+
+def _memory_owner(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+@forward("as_strided", view=True)
+def _as_strided_fwd(self, size, stride, storage_offset=None, positions=None):
+    owner = _memory_owner(self)
+    item = self.itemsize
+    if storage_offset is None:
+        storage_offset = (self.__array_interface__["data"][0] - owner.__array_interface__["data"][0]) // item
+    memory = np.lib.stride_tricks.as_strided(owner, (owner.size,), (item,))
+    return np.lib.stride_tricks.as_strided(memory[storage_offset:], tuple(size), tuple(s * item for s in stride))
+
+
+def as_strided(input, size, stride, storage_offset=None) -> Tensor:
+    """A view of ``input``'s memory with the given sizes and strides (in elements), from
+    ``storage_offset`` (default: the input's own) -- PyTorch's ``as_strided`` (AsStridedBackward0).
+
+    Its gradient adds each output element's gradient into the input element it reads, so every element
+    it reads must be one of the input's (symgrad's memory is numpy's, not a separate storage)."""
+    t = as_tensor(input)
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"mismatch in length of strides and shape: {len(stride)} strides for {len(size)} sizes")
+    if builtins.any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: "
+                           f"{list(stride)}")
+    data = t._data
+    owner = _memory_owner(data)
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        raise RuntimeError("as_strided of a tensor whose memory is not one contiguous block is not supported; "
+                           "clone() it first")
+    own = _storage_positions(data, owner)
+    offset = int(own.min()) if storage_offset is None and data.size else int(storage_offset or 0)
+    out_pos = np.full(size, offset, dtype=np.intp)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        out_pos = out_pos + np.arange(n, dtype=np.intp).reshape((1,) * d + (n,) + (1,) * (len(size) - d - 1)) * s
+    if out_pos.size and int(out_pos.max()) >= owner.size:
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset} "
+                           f"requiring a storage size of {int(out_pos.max()) + 1} are out of bounds for storage "
+                           f"of size {owner.size}")
+    flat_own = own.reshape(-1)
+    order = np.argsort(flat_own, kind="stable")
+    found = np.searchsorted(flat_own[order], out_pos.reshape(-1))
+    found = np.minimum(found, builtins.max(flat_own.size - 1, 0))
+    if out_pos.size and (flat_own.size == 0 or np.any(flat_own[order][found] != out_pos.reshape(-1))):
+        raise RuntimeError(f"as_strided: the view (sizes {list(size)}, strides {list(stride)}, offset {offset}) "
+                           f"reads memory outside the input of shape {list(t.shape)}; symgrad only views the "
+                           "input's own elements")
+    positions = np.unravel_index(order[found].reshape(size), data.shape) if data.ndim else ()
+    return _call("as_strided", t, size, stride, offset, positions)
+
+
+def unfold(input, dimension: int, size: int, step: int) -> Tensor:
+    """``Tensor.unfold``: the slices of length ``size`` along ``dimension``, ``step`` apart, as a new last
+    dimension (a view of the input)."""
+    t = as_tensor(input)
+    dim = _check_dim(int(dimension), builtins.max(t.ndim, 1), "unfold")
+    n = t.shape[dim] if t.ndim else 1
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {dim} is {n} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    strides = [s // t._data.itemsize for s in t._data.strides] if t.ndim else []
+    shape = list(t.shape) if t.ndim else []
+    count = (n - size) // step + 1
+    if t.ndim:
+        shape[dim], new_strides = count, strides[:]
+        new_strides[dim] = strides[dim] * step
+        shape.append(size)
+        new_strides.append(strides[dim])
+    else:
+        shape, new_strides = [size], [1]
+    return as_strided(t, shape, new_strides)
 
 
 def diag(input, diagonal: int = 0) -> Tensor:
@@ -1902,7 +2100,10 @@ def split(tensor, split_size_or_sections, dim: int = 0) -> tuple:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                f"at dimension {dim}), but got split_sizes={sizes}")
         bounds = [0] + list(np.cumsum(sizes))
-    return _split_at(t, bounds, dim)
+    pieces = _split_at(t, bounds, dim)
+    views.mark_multi_output(pieces, "Split" if isinstance(split_size_or_sections, (int, np.integer))
+                            else "SplitWithSizes")
+    return pieces
 
 
 def take(input, index) -> Tensor:
@@ -3124,9 +3325,9 @@ del _name
 # --- torch surface: fills, copies and factories from a tensor ------------------------------
 
 def _records_inplace(t: Tensor, *others) -> builtins.bool:
-    _check_inplace_leaf(t)
-    return STATE.enabled and (t.requires_grad or builtins.any(isinstance(o, Tensor) and o.requires_grad
-                                                              for o in others))
+    recorded = _records(t, others)
+    _check_inplace_leaf(t, recorded)
+    return recorded
 
 
 def _overwrite(t: Tensor, values: np.ndarray, name: str) -> Tensor:
@@ -3281,8 +3482,20 @@ def chunk(input, chunks: builtins.int, dim: builtins.int = 0) -> tuple:
     dim = _check_dim(dim, t.ndim, "chunk")
     n = t.shape[dim]
     step = -(-n // chunks) if n else 1
-    return tuple(slice_op(t, dim, s, builtins.min(s + step, n), 1) for s in range(0, builtins.max(n, 1), step)
-                 if s < n or n == 0)
+    pieces = tuple(slice_op(t, dim, s, builtins.min(s + step, n), 1) for s in range(0, builtins.max(n, 1), step)
+                   if s < n or n == 0)
+    views.mark_multi_output(pieces, "Split")
+    return pieces
+
+
+def unflatten(input, dim: builtins.int, sizes) -> Tensor:
+    """Split dimension ``dim`` into ``sizes`` (one may be -1): a view."""
+    t = as_tensor(input)
+    d = _check_dim(dim, t.ndim, "unflatten")
+    sizes = tuple(builtins.int(s) for s in sizes)
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    return view(t, tuple(t.shape[:d]) + sizes + tuple(t.shape[d + 1:]))
 
 
 def nonzero(input, *, as_tuple: builtins.bool = False):

@@ -91,16 +91,24 @@ METHODS.update({
 METHODS.update({
     "chunk": F.chunk, "narrow": F.narrow, "nonzero": F.nonzero, "ndimension": lambda self: self.ndim,
     "nelement": lambda self: self.numel(), "element_size": lambda self: self._data.itemsize,
-    "view_as": lambda self, other: F.reshape(self, tuple(other.shape)),
+    "view_as": lambda self, other: F.view(self, tuple(other.shape)),
     "reshape_as": lambda self, other: F.reshape(self, tuple(other.shape)),
     "stride": lambda self, dim=None: (tuple(s // self._data.itemsize for s in self._data.strides) if dim is None
                                       else self._data.strides[dim] // self._data.itemsize),
     "is_pinned": lambda self: False,
 })
 
+# views, as PyTorch documents them (for real tensors the adjoints are transposes)
+METHODS.update({
+    "as_strided": F.as_strided, "unfold": F.unfold, "swapdims": F.transpose, "unflatten": F.unflatten,
+    "adjoint": lambda self: F.transpose(self, -2, -1),
+})
+
 PROPERTIES = {
     "T": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),
     "mT": lambda self: F.transpose(self, -2, -1),
+    "H": lambda self: F.permute(self, tuple(reversed(range(self.ndim)))),
+    "mH": lambda self: F.transpose(self, -2, -1),
 }
 
 INPLACE = {"add_": F.add, "sub_": F.sub, "mul_": F.mul, "div_": F.div, "pow_": F.pow, "neg_": F.neg,

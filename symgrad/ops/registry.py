@@ -335,6 +335,10 @@ def _check_float(op: OpDef, args: tuple, Tensor) -> None:
 
 _recorder = None  # the active ir.tracer.Tracer while a function is being traced
 
+# Records that an op's output is a view of its input (symgrad.ops.views, which sets it on import:
+# the views module replays ops through this registry).
+note_view = None
+
 
 def set_recorder(recorder):
     """Install the tracer that every op call is reported to (None to stop); returns the previous one."""
@@ -529,9 +533,11 @@ def _generate(op: OpDef, entry: str):
         if op.view == "maybe":  # a reshape is a view unless numpy had to copy
             glb["may_share_memory"] = np.may_share_memory
             lines += [f"    if out.base is not None and may_share_memory(out, {ref(0)}._data):",
-                      f"        t._version_counter = {ref(0)}._version_counter"]
+                      f"        t._version_counter = {ref(0)}._version_counter",
+                      f"        reg.note_view(t, {ref(0)}, op, args)"]
         elif op.view:
-            lines.append(f"    t._version_counter = {ref(0)}._version_counter")
+            lines += [f"    t._version_counter = {ref(0)}._version_counter",
+                      f"    reg.note_view(t, {ref(0)}, op, args)"]
         if records:
             lines.append("    if req and STATE.enabled and out.dtype.kind == 'f':")
             lines += _record_lines(op, ref, "out", "        ", glb)
@@ -559,7 +565,7 @@ def _generate(op: OpDef, entry: str):
         lines += ["    results = []", "    for k, o in enumerate(fixed):",
                   "        t = new(Tensor)", "        t._data = o"]
         if op.view:
-            lines.append("        t._version_counter = view_of")
+            lines += ["        t._version_counter = view_of", f"        reg.note_view(t, {ref(0)}, op, args, k)"]
         else:  # a view shares its base's counter: inference only if the base is
             lines += ["        if STATE.inference:", "            t._vc = INFERENCE_VC"]
         if records:
