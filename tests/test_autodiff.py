@@ -52,6 +52,7 @@ DIFFERENTIABLE = [k for k in KEYS if OPS[k].rule.formulas]
 # the traced gradient of prod depends on where the zeros are: autodiff refuses it on purpose
 NO_TRACED_GRADIENT = {"prod", "prod.dim_int"}
 sample_variants = _rules.sample_variants
+DERIVED_INDEX = _rules.DERIVED_INDEX
 differentiable_outputs = _rules.differentiable_outputs
 
 
@@ -193,7 +194,8 @@ def _op_params():
             out.append(pytest.param(key, -1, True, id=f"{key}-NO_SAMPLE"))
             continue
         for i, args in enumerate(sample_variants(key)):
-            out.append(pytest.param(key, i, True, id=f"{key}-{i}"))
+            if key not in DERIVED_INDEX:
+                out.append(pytest.param(key, i, True, id=f"{key}-{i}"))
             if _has_index_array(key, args):  # integer index arrays as graph inputs above, constants here
                 out.append(pytest.param(key, i, False, id=f"{key}-{i}-const_index"))
     return out

@@ -417,7 +417,8 @@ def _specs(keys, first_variant_only=False) -> list[tuple]:
             out.append((key, -1, True))
             continue
         for v in range(1 if first_variant_only else _variants(key)):
-            out.append((key, v, True))
+            if key not in _rules.DERIVED_INDEX:
+                out.append((key, v, True))
             if _has_index_array(key, v):
                 out.append((key, v, False))
     return out

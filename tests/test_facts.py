@@ -47,11 +47,13 @@ def test_bad_tags_name_the_entry_and_line(tags, needle):
 def test_shipped_facts_are_the_backends_former_lists():
     assert facts.ops_tagged("view") == {"expand", "view", "_unsafe_view", "t", "transpose.int", "permute",
                                         "unsqueeze", "squeeze.dim", "detach",
-                                        "_check_range"}  # torch.nn.functional
+                                        "_check_range",  # torch.nn.functional
+                                        "diagonal", "as_strided"}  # PyTorch's view ops
     assert facts.ops_tagged("fresh_result") == {"mm", "addmm", "mv", "bmm", "dot", "sum", "sum.dim_IntList", "mean",
                                                 "mean.dim", "amax", "amin", "logsumexp", "index_put_add",
                                                 "where.self",
                                                 "flip", "keep_last_writes",  # numpy surface: shape
+                                                "diagonal_backward",  # views
                                                 "_im2col", "_col2im", "_dropout_mask",  # torch.nn.functional
                                                 "nll_loss_backward",
                                                 # torch surface: selection and repetition
@@ -74,7 +76,8 @@ def test_shipped_facts_are_the_backends_former_lists():
         "expand", "view", "_unsafe_view", "unsqueeze", "squeeze", "squeeze.dim", "squeeze.dims", "squeeze_",
         "squeeze_.dim", "t", "transpose.int", "permute", "detach", "constant", "_to_copy", "clone",
         "select.int", "slice.Tensor",
-        "flip"}  # numpy surface: shape
+        "flip",  # numpy surface: shape
+        "diagonal"}  # views
     kinds = {op: facts.reduction_kind(op) for op in load_rules() if facts.reduction_kind(op)}
     assert kinds == {"sum": "sum", "sum.dim_IntList": "sum", "mean": "mean", "mean.dim": "mean",
                      "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}

@@ -112,6 +112,19 @@ def _maxmin_pair(rng):
     return [(a, b), (c, d)]
 
 
+# Ops whose index argument follows from their other arguments (as_strided's positions, which
+# symgrad.as_strided computes): only ever constants of a graph, never free inputs of a compiled call.
+DERIVED_INDEX = frozenset({"as_strided"})
+
+
+def _as_strided_args(size, stride, offset, input_shape):
+    """``as_strided``'s arguments for a contiguous input, with the positions symgrad.as_strided computes."""
+    flat = np.full(size, offset)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        flat = flat + np.arange(n).reshape((1,) * d + (n,) + (1,) * (len(size) - d - 1)) * st
+    return size, stride, offset, np.unravel_index(flat, input_shape)
+
+
 SAMPLES = {
     # arithmetic
     "add.Tensor": _binary,
@@ -212,6 +225,10 @@ SAMPLES = {
     "slice.Tensor": lambda r: [(U(r, 5, 3), 0, 1, 5, 2), (U(r, 3, 5), 1, 0, 3, 1)],
     "slice_backward": lambda r: [(U(r, 3, 2), (3, 4), 1, 1, 4, 2), (U(r, 2, 4), (3, 4), 0, 0, 2, 1)],
     "unsqueeze": lambda r: [(U(r, 3, 4), 1), (U(r, 3), 0)],
+    "diagonal": lambda r: [(U(r, 3, 4), 0, 0, 1), (U(r, 2, 3, 4), -1, 2, 0), (U(r, 3, 4), 2, 1, 0)],
+    "diagonal_backward": lambda r: [(U(r, 3), (3, 4), 0, 0, 1), (U(r, 3, 2), (2, 3, 4), -1, 2, 0)],
+    "as_strided": lambda r: [(U(r, 3, 4),) + _as_strided_args((2, 2), (4, 1), 1, (3, 4)),
+                             (U(r, 3, 4),) + _as_strided_args((3, 2), (1, 3), 0, (3, 4))],
     # advanced indices repeat on purpose: their gradients must accumulate
     "index.Tensor": lambda r: [(U(r, 3, 4), np.array([0, 2, 0])),
                                (U(r, 3, 4), (np.array([0, 1, 1]), np.array([3, 0, 0]))),
@@ -921,6 +938,9 @@ TORCH_EQUIVALENT = {
     "slice_backward": lambda L, g, sizes, dim, start, end, step: _aten(L, "slice_backward")(
         g, sizes, dim, start, end, step),
     "unsqueeze": lambda L, x, dim: L.unsqueeze(x, dim),
+    "diagonal": lambda L, x, offset, d1, d2: L.diagonal(x, offset, d1, d2),
+    "diagonal_backward": lambda L, g, sizes, offset, d1, d2: _aten(L, "diagonal_backward")(g, sizes, offset, d1, d2),
+    "as_strided": lambda L, x, size, stride, offset, positions: x.as_strided(size, stride, offset),
     "index.Tensor": lambda L, x, idx: x[idx],
     # torch spells it index_put(accumulate=True) on zeros (IndexPutBackward0): names not comparable
     "index_put_add": TorchCall(_index_put_add, _index_put_add, grad_fn=False),
