@@ -212,6 +212,11 @@ def partition(joint: Graph) -> Partition:
         for u in node.inputs:
             if u not in tangent_side:
                 flow.add(("out", u), sink, INF)
+    # So must a gradient that does not depend on the tangents (a zero gradient through masks, or a
+    # constant): the backward returns it, so it is saved or recomputed like any other value it reads.
+    for v in grad_outputs:
+        if v is not None and v not in tangent_side:
+            flow.add(("out", v), sink, INF)
     flow.max_flow(source, sink)
     side = flow.reachable(source)
     saved = [v for v in list(primals) + [o for n in joint.nodes for o in n.outputs]

@@ -7,6 +7,7 @@ from workloads import w2 as _w2
 from workloads import w3 as _w3
 from workloads import w5 as _w5
 
+import symgrad
 from codegen.partition import partition, recomputable, value_bytes
 from symgrad.compiler.autodiff import autodiff
 from symgrad.ir import interpret, trace
@@ -132,3 +133,18 @@ def test_a_long_chain_saves_every_transcendental_value_once(steps):
 
     p = partition(autodiff(trace(chain, np.linspace(-1, 1, 16))))
     assert [v.name.rstrip("0123456789_") for v in p.saved] == ["x"] + ["sin"] * (steps // 2 - 1)
+
+
+def test_a_gradient_that_does_not_depend_on_the_tangents_reaches_the_backward():
+    """Found by tests/test_fuzz_views.py: after ``fill_`` the gradient is ``where(mask, 0, 0)``, which
+    reads no tangent; the cut once saved nothing for it, and the backward needed the inputs."""
+    def f(x, w):
+        y = x * 1.3 + w * 0.5
+        y.masked_fill_(y > 0.5, 1.0)
+        y.fill_(1.0)
+        return (y * y).sum()
+
+    x = symgrad.tensor([0.3], dtype=symgrad.float64, requires_grad=True)
+    w = symgrad.tensor([0.9], dtype=symgrad.float64, requires_grad=True)
+    symgrad.compile(f, backend="numpy", strict=True)(x, w).backward()
+    assert x.grad.tolist() == [0.0] and w.grad.tolist() == [0.0]

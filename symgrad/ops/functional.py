@@ -1176,7 +1176,8 @@ def where(condition, input, other) -> Tensor:
 
 @forward("select.int", view=True)
 def _select_fwd(self, dim, index):
-    return self[(builtins.slice(None),) * dim + (index,)]
+    # the trailing Ellipsis keeps a 0-d result a view (a bare index would give numpy a scalar copy)
+    return self[(builtins.slice(None),) * dim + (index, Ellipsis)]
 
 
 @forward("select_backward")
@@ -1217,7 +1218,7 @@ def _index_put_add_fwd(values, input_sizes, indices):
 
 @forward("unbind.int", view=True)
 def _unbind_fwd(self, dim=0):
-    return tuple(self[(builtins.slice(None),) * dim + (k,)] for k in range(self.shape[dim]))
+    return tuple(self[(builtins.slice(None),) * dim + (k, Ellipsis)] for k in range(self.shape[dim]))
 
 
 @forward("stack", dtype_rule="promote")
@@ -3332,10 +3333,8 @@ def _records_inplace(t: Tensor, *others) -> builtins.bool:
 
 def _overwrite(t: Tensor, values: np.ndarray, name: str) -> Tensor:
     """Replace ``t``'s values in place with new constants (no gradient flows to the old values)."""
-    if registry._recorder is not None and registry._recorder.is_traced(t):
-        registry._recorder.refuse(f"Tensor.{name} on a traced value is not supported in a compiled function; "
-                                  "make the new values outside the function and pass them in")
-    if _records_inplace(t):
+    traced = registry._recorder is not None and registry._recorder.is_traced(t)
+    if _records_inplace(t) or traced:
         # a non-leaf in a graph: its new values do not depend on the old ones
         return inplace(t, lambda x: add(_call("zero_", x), Tensor._wrap(values)), name=name)
     t._data[...] = values

@@ -532,7 +532,7 @@ def _generate(op: OpDef, entry: str):
         lines += ["    t = new(Tensor)", "    t._data = out"]
         if op.view == "maybe":  # a reshape is a view unless numpy had to copy
             glb["may_share_memory"] = np.may_share_memory
-            lines += [f"    if out.base is not None and may_share_memory(out, {ref(0)}._data):",
+            lines += [f"    if out.base is not None and (out.size == 0 or may_share_memory(out, {ref(0)}._data)):",
                       f"        t._version_counter = {ref(0)}._version_counter",
                       f"        reg.note_view(t, {ref(0)}, op, args)"]
         elif op.view:
