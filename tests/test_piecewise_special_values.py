@@ -183,7 +183,8 @@ def torch_reference(op: Op, pts, dtype) -> Results:
             row = []
             for g in firsts:
                 if op.second and g.requires_grad:
-                    hs = torch.autograd.grad(g.sum(), xs, allow_unused=True, materialize_grads=True)
+                    hs = torch.autograd.grad(g.sum(), xs, retain_graph=True, allow_unused=True,
+                                             materialize_grads=True)
                     # torch's zero tensors have no storage of their own: add them to real zeros
                     row.append([float((torch.zeros(1, dtype=tdtype) + h.detach())[0]) for h in hs])
                 else:
@@ -207,7 +208,7 @@ def _symgrad_eager(op: Op, pts, dtype) -> tuple[Results, list[str]]:
             if not g.requires_grad:   # the first derivative is piecewise constant: no graph left
                 d2.append([np.zeros(len(w))] * len(xs))
                 continue
-            hs = symgrad.autograd.grad(g.sum(), xs, allow_unused=True)
+            hs = symgrad.autograd.grad(g.sum(), xs, retain_graph=True, allow_unused=True)
             d2.append([np.zeros(len(w)) if h is None else h.numpy() for h in hs])
     dtypes = _dtype_errors("eager", y, firsts, dtype)
     return Results(y.detach().numpy(), np.stack([g.detach().numpy() for g in firsts], -1),
