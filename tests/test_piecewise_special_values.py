@@ -81,7 +81,7 @@ TRIPLES = tuple((x, lo, hi) for x in (NAN, INF, -INF, 0.0, 1.0, -1.0, 2.0, -2.0)
 # A missing max is passed as +inf, so where a tensor min is +inf itself min < max fails and the gradient
 # is lost where PyTorch (which knows max is missing) gives it to min: that one point is left out.
 MIN_ONLY = tuple((x, lo) for x in _PAIR_VALUES for lo in _PAIR_VALUES if lo != INF)
-MAX_ONLY = tuple((x, hi) for x in _PAIR_VALUES for hi in _PAIR_VALUES if hi != -INF)
+MAX_ONLY = PAIRS
 
 
 def _const(L, x, value):
