@@ -79,7 +79,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    if hasattr(config, "workerinput") or config.cache is None:
+    if hasattr(config, "workerinput") or getattr(config, "cache", None) is None:
         return          # an xdist worker: the controller sees every report
     if config.getoption("oracle_skipped"):
         if _ORACLE_SKIPS:

@@ -158,8 +158,8 @@ def lift_constants(expr: sympy.Expr, constants: list) -> sympy.Expr:
     args = [lift_constants(a, constants) if isinstance(a, sympy.Basic) else a for a in expr.args]
     if isinstance(expr, sympy.Piecewise):
         return sympy.Piecewise(*args, evaluate=False)
-    # unevaluated: sympy folds x - x to 0 and Ne(x, x) to False, which NaN contradicts
-    keep_form = (sympy.Add, sympy.Mul, sympy.core.relational.Relational)
+    # unevaluated: sympy folds x - x to 0, Ne(x, x) to False and Min(-1, Max(1, x)) to -1, which NaN contradicts
+    keep_form = (sympy.Add, sympy.Mul, sympy.core.relational.Relational, sympy.Max, sympy.Min)
     return expr.func(*args, evaluate=False) if isinstance(expr, keep_form) else expr.func(*args)
 
 

@@ -26,7 +26,8 @@ def where(c, a, b):
 
 @_jit
 def heaviside(x, h0):
-    return 0.0 if x < 0 else (1.0 if x > 0 else h0)
+    # numpy.heaviside: nan stays nan (a nan is neither below, above nor at 0)
+    return 0.0 if x < 0 else (1.0 if x > 0 else (h0 if x == 0 else x))
 
 
 @_jit

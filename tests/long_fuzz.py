@@ -28,6 +28,7 @@ FUZZERS = [
     "tests/test_fuzz_mixed.py::test_random_mixed_expressions_match_torch",
     "tests/test_fuzz_views.py::test_random_inplace_ops_on_views_match_torch",
     "tests/test_fuzz_edges.py::test_reductions_of_one_and_zero_elements_compiled_match_torch",
+    "tests/test_fuzz_piecewise.py::test_piecewise_programs_at_special_values",
     "tests/test_fuzz_inspect.py::test_inspect_works_on_random_programs",
     "tests/test_row_kernel.py::test_random_row_losses_match_eager",
     "tests/test_row_kernel.py::test_random_row_vjps_match_eager",

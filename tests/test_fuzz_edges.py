@@ -239,9 +239,8 @@ POINTS = [0.0, 1.0, -1.0, 0.5, -0.5]
 _NO_TORCH_OP = ("cbrt", "hardsigmoid")
 # points left out per op: at the poles of lgamma and digamma torch's polygamma returns a large finite
 # number (6.6e32) where symgrad returns inf; outside logit's domain [0, 1] (where its value is nan) torch's
-# gradient is nan and symgrad's is the formula's finite value; selu's second derivative at its kink 0
-# follows symgrad's elu convention (the right-hand value), torch's gives 0
-_LEFT_OUT = {"lgamma": {-1.0}, "digamma": {-1.0}, "logit": {-1.0, -0.5}, "selu": {0.0}}
+# gradient is nan and symgrad's is the formula's finite value
+_LEFT_OUT = {"lgamma": {-1.0}, "digamma": {-1.0}, "logit": {-1.0, -0.5}}
 
 
 def _unary_rule_ops():
@@ -309,7 +308,8 @@ def _compare_derivatives(name, s_fn, t_fn, points, n_inputs=1, torch_nan_ok=lamb
     return errors
 
 
-_KINKS = {"abs": [0.0], "relu": [0.0], "sign": [0.0], "max": [0.0], "min": [0.0]}
+_KINKS = {"abs": [0.0], "relu": [0.0], "sign": [0.0], "max": [0.0], "min": [0.0], "hardswish": [-3.0, 3.0],
+          "selu": [0.0]}
 _TORCH_NAMES = {"max": lambda x: x.max(), "min": lambda x: x.min(), "t": lambda x: x.t(),
                 "squeeze": lambda x: x.squeeze(), "clone": lambda x: x.clone(),
                 "gelu": lambda x: torch.nn.functional.gelu(x),

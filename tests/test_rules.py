@@ -366,6 +366,9 @@ SAMPLES = {
                                  (U(r, 6), U(r, 6), 2, 2.0)],
     "huber_loss": lambda r: [(U(r, 3, 4), U(r, 3, 4), 0, 1.0), (U(r, 3, 4), U(r, 3, 4), 1, 0.4),
                              (U(r, 6), U(r, 6), 2, 2.5)],
+    # the per-element losses of a difference, on both sides of beta / delta
+    "_smooth_l1": lambda r: [(U(r, 3, 4, lo=-3, hi=3), 1.0), (U(r, 6), 0.5)],
+    "_huber": lambda r: [(U(r, 3, 4, lo=-3, hi=3), 1.0), (U(r, 6), 0.4)],
     "binary_cross_entropy": lambda r: [(U(r, 3, 4, lo=0.05, hi=0.95), U(r, 3, 4, lo=0, hi=1), P(r, 3, 4), red)
                                        for red in (0, 1, 2)],
     "binary_cross_entropy_with_logits": lambda r: [
@@ -843,6 +846,10 @@ TORCH_EQUIVALENT = {
     "mse_loss": lambda L, x, t, r: L.nn.functional.mse_loss(x, t, reduction=_REDUCTION[r]),
     "smooth_l1_loss": lambda L, x, t, r, b: L.nn.functional.smooth_l1_loss(x, t, reduction=_REDUCTION[r], beta=b),
     "huber_loss": lambda L, x, t, r, d: L.nn.functional.huber_loss(x, t, reduction=_REDUCTION[r], delta=d),
+    "_smooth_l1": TorchCall(lambda L, d, b: L.nn.functional.smooth_l1_loss(d, L.zeros_like(d), reduction="none",
+                                                                          beta=b), grad_fn=False),
+    "_huber": TorchCall(lambda L, d, delta: L.nn.functional.huber_loss(d, L.zeros_like(d), reduction="none",
+                                                                      delta=delta), grad_fn=False),
     "binary_cross_entropy": lambda L, x, t, w, r: L.nn.functional.binary_cross_entropy(x, t, weight=w,
                                                                                      reduction=_REDUCTION[r]),
     "binary_cross_entropy_with_logits": lambda L, x, t, w, pw, r: L.nn.functional.binary_cross_entropy_with_logits(

@@ -380,8 +380,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
 
 
 def _smooth_l1_loss_composite(x: Tensor, t: Tensor, reduction: int, beta: float) -> Tensor:
-    d = T.abs(x - t)
-    return _reduce(T.where(T.lt(d, beta), (0.5 / beta) * d * d, d - 0.5 * beta), _REDUCTION_NAMES[reduction])
+    return _reduce(T._call("_smooth_l1", x - t, float(beta)), _REDUCTION_NAMES[reduction])
 
 
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
@@ -392,14 +391,11 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     x, t = _pointwise_inputs(input, target, "huber_loss")
     if weight is None:
         return T._call("huber_loss", *_same_shape(x, t), REDUCTIONS[reduction], float(delta))
-    d = T.abs(x - t)
-    loss = T.where(T.lt(d, delta), 0.5 * d * d, delta * (d - 0.5 * delta))
-    return _reduce(_weighted(loss, weight), reduction)
+    return _reduce(_weighted(T._call("_huber", x - t, float(delta)), weight), reduction)
 
 
 def _huber_loss_composite(x: Tensor, t: Tensor, reduction: int, delta: float) -> Tensor:
-    d = T.abs(x - t)
-    return _reduce(T.where(T.lt(d, delta), 0.5 * d * d, delta * (d - 0.5 * delta)), _REDUCTION_NAMES[reduction])
+    return _reduce(T._call("_huber", x - t, float(delta)), _REDUCTION_NAMES[reduction])
 
 
 def _class_layout(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tensor, bool]:

@@ -24,9 +24,7 @@ from .. import dtypes as _dt
 from ..autograd.grad_mode import ERR_INFERENCE_INPLACE, INFERENCE_COUNTER, STATE
 from ..autograd.node import SavedVariable
 from ..rules.vocab import (
-    _exclusive_prod,
     _np_cumprod_backward,
-    _np_prod_backward_all,
     _np_reverse_cumsum,
     normalize_dims,
     reduced_grad,  # noqa: F401  (a formula helper: same code on Tensors)
@@ -1134,20 +1132,34 @@ def _refuse_when_traced(t: Tensor, what: str) -> None:
                    "where the zeros are")
 
 
+def _exclusive_prod_differentiable(x: Tensor, dim: int) -> Tensor:
+    """The product of the other elements along ``dim``, as ops (so differentiable again): the cumulative
+    products before and after each element, multiplied.  Exact with zeros: nothing divides by them."""
+    dim = _check_dim(dim, x.ndim, "prod")
+    n = x.shape[dim]
+    if n <= 1:
+        return Tensor._wrap(np.ones_like(x._data))
+    ones = Tensor._wrap(np.ones(tuple(1 if d == dim else s for d, s in enumerate(x.shape)), x._data.dtype))
+    before = cumprod(cat([ones, narrow(x, dim, 0, n - 1)], dim), dim)
+    after = flip(cumprod(cat([ones, flip(narrow(x, dim, 1, n - 1), (dim,))], dim), dim), (dim,))
+    return before * after
+
+
 def prod_backward(grad: Tensor, self: Tensor, dim, keepdim) -> Tensor:
     if self.ndim == 0:  # a 0-d tensor reduced over dim 0 or -1 is itself: gradient 1
         return grad * Tensor._wrap(np.ones_like(self._data))
     _refuse_when_traced(self, "the gradient of prod")
     g = _unsqueeze_dims(grad, tuple(self.shape), dim, keepdim)
-    if (self._data == 0).any():  # second order through zeros is not differentiated further
-        return g * Tensor._wrap(_exclusive_prod(self._data, dim))
+    if (self._data == 0).any():  # result / self would divide 0 by 0
+        return g * _exclusive_prod_differentiable(self, dim)
     return g * prod(self, dim, keepdim=True) / self
 
 
 def prod_backward_all(grad: Tensor, self: Tensor) -> Tensor:
     _refuse_when_traced(self, "the gradient of prod")
     if (self._data == 0).any():
-        return grad * Tensor._wrap(_np_prod_backward_all(np.ones((), self._data.dtype), self._data))
+        return expand(grad, tuple(self.shape)) * reshape(
+            _exclusive_prod_differentiable(reshape(self, (-1,)), 0), tuple(self.shape))
     return expand(grad, tuple(self.shape)) * prod(self) / self
 
 

@@ -192,6 +192,10 @@ def _fold_constants(expr):
             return sympy.Float(value.real)
     if isinstance(expr, sympy.Piecewise):
         return sympy.Piecewise(*[(_fold_constants(v), c) for v, c in expr.args], evaluate=False)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        # unevaluated: sympy orders Max/Min's arguments as reals (Min(-1, Max(1, x)) is -1), which a nan
+        # contradicts and which drops x's shape
+        return expr.func(*[_fold_constants(a) for a in expr.args], evaluate=False)
     if not expr.args:
         return expr
     return expr.func(*[_fold_constants(a) for a in expr.args], evaluate=False) \

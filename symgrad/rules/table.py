@@ -218,14 +218,21 @@ def node_prefix(op_name: str) -> str:
 
 # --- formula parsing ------------------------------------------------------------------------
 
+def _piecewise(*pairs) -> sympy.Piecewise:
+    """A ``Piecewise`` kept as written.  sympy's own simplifies the conditions as in an ordered field
+    (after ``x <= a`` fails, ``x > a`` holds), which a nan contradicts: every comparison with it is
+    false, so each branch's condition is what decides where a nan goes."""
+    return sympy.Piecewise(*pairs, evaluate=False)
+
+
 # sympy functions a formula may use; each maps to a vocabulary entry of the same meaning.
 SYMPY_FUNCTIONS: dict[str, Any] = {
     "exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
     "tanh": sympy.tanh, "sinh": sympy.sinh, "cosh": sympy.cosh, "atan": sympy.atan,
     "sqrt": sympy.sqrt, "Abs": sympy.Abs, "sign": sympy.sign, "Heaviside": sympy.Heaviside,
-    "Piecewise": sympy.Piecewise, "Eq": sympy.Eq, "Ne": sympy.Ne, "erf": sympy.erf,
+    "Piecewise": _piecewise, "Eq": sympy.Eq, "Ne": sympy.Ne, "erf": sympy.erf,
     "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2, "Max": sympy.Max, "Min": sympy.Min,
-    "pi": sympy.pi, "E": sympy.E, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not,
+    "pi": sympy.pi, "E": sympy.E, "nan": sympy.nan, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not,
     # numpy surface, elementwise family: inverse trigonometric and special functions, rounding
     "asin": sympy.asin, "acos": sympy.acos, "asinh": sympy.asinh, "acosh": sympy.acosh, "atanh": sympy.atanh,
     "atan2": sympy.atan2, "hypot": hypot, "log10": log10, "erfc": sympy.erfc, "loggamma": sympy.loggamma,
