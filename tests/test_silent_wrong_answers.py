@@ -475,3 +475,69 @@ def test_sum_with_a_dtype_sums_in_that_dtype():
     assert symgrad.sum(symgrad.tensor(x), dtype=symgrad.float64).item() == want
     assert symgrad.tensor(x[None]).sum(1, dtype=symgrad.float64).item() == want
     assert symgrad.compile(lambda t: symgrad.sum(t, dtype=symgrad.float64))(symgrad.tensor(x)).item() == want
+
+
+CE_CASES = [(reduction, kwargs) for reduction in ("mean", "sum", "none")
+            for kwargs in ({}, {"weight": [0.2, 0.5, 1.3]}, {"label_smoothing": 0.1},
+                           {"weight": [0.2, 0.5, 1.3], "label_smoothing": 0.2})]
+
+
+def _cross_entropy_value_and_grad(lib, targets, ignore_index, reduction, kwargs, how=None):
+    F = lib.nn.functional
+    kw = dict(kwargs)
+    if "weight" in kw:
+        kw["weight"] = lib.tensor(kw["weight"], dtype=lib.float64)
+
+    def loss(x, t):
+        out = F.cross_entropy(x, t, ignore_index=ignore_index, reduction=reduction, **kw)
+        return out.sum() if reduction == "none" else out
+    if how == "torch.compile":
+        torch._dynamo.reset()
+        loss = torch.compile(loss, backend="symgrad")
+    elif how is not None:
+        loss = symgrad.compile(loss, backend=how)
+    x = lib.tensor(np.linspace(-1.5, 2.0, 12).reshape(4, 3), dtype=lib.float64, requires_grad=True)
+    out = loss(x, lib.tensor(targets))
+    out.backward()
+    return float(out.detach().numpy()), x.grad.numpy()
+
+
+# the torch backend leaves class weights to torch (nothing of symgrad's would run)
+@pytest.mark.parametrize("how, reduction, kwargs",
+                         [(how, r, kw) for how in (None, "numpy", "numba", "torch.compile") for r, kw in CE_CASES
+                          if not (how == "torch.compile" and "weight" in kw)])
+def test_cross_entropy_with_every_target_ignored(how, reduction, kwargs):
+    # torch: zero gradients, and for reduction="mean" a nan loss (0 / 0); symgrad's nll_loss_backward
+    # once wrote -0 * inf = nan at each ignored row
+    for targets, ignore_index in (([-100] * 4, -100), ([1] * 4, 1)):
+        want = _cross_entropy_value_and_grad(torch, targets, ignore_index, reduction, kwargs)
+        lib = torch if how == "torch.compile" else symgrad
+        got = _cross_entropy_value_and_grad(lib, targets, ignore_index, reduction, kwargs, how)
+        assert np.isnan(want[0]) == (reduction == "mean")
+        np.testing.assert_equal(want[1], np.zeros((4, 3)))
+        np.testing.assert_equal(got[0], want[0])      # nan where torch's is nan
+        np.testing.assert_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("how", [None, "numpy"])
+def test_cross_entropy_with_some_ignored_targets_and_zero_total_weight(how):
+    # the rows that count have weight 0: torch's gradient is nan there and 0 in the ignored row
+    kwargs = {"weight": [0.0, 1.0, 1.0]}
+    want = _cross_entropy_value_and_grad(torch, [0, 0, -100, 0], -100, "mean", kwargs)
+    got = _cross_entropy_value_and_grad(symgrad, [0, 0, -100, 0], -100, "mean", kwargs, how)
+    assert np.isnan(want[1][0]).all() and (want[1][2] == 0).all()
+    np.testing.assert_equal(got[0], want[0])
+    np.testing.assert_equal(got[1], want[1])
+
+
+def test_nll_loss_2d_and_unbatched_with_every_target_ignored():
+    def run(lib):
+        x = lib.tensor(np.linspace(-1, 1, 12).reshape(1, 3, 2, 2), dtype=lib.float64, requires_grad=True)
+        x1 = lib.tensor([0.1, -0.4, 0.3], dtype=lib.float64, requires_grad=True)
+        a = lib.nn.functional.cross_entropy(x, lib.full((1, 2, 2), -100))
+        b = lib.nn.functional.nll_loss(x1, lib.tensor(-100))
+        (a + b).backward()
+        return x.grad.numpy(), x1.grad.numpy()
+    for got, want in zip(*_both(run)):
+        np.testing.assert_equal(got, want)
+        assert (want == 0).all()

@@ -119,9 +119,10 @@ def _nll_loss_forward(logp, target, weight, reduction, ignore_index, log_softmax
     picked = log_softmax.picked(rows, labels) if log_softmax is not None else None
     if picked is None:
         picked = logp[rows, labels]
-    picked = symgrad.where(valid, picked, 0.0)
+    # negated before the sum: with every target ignored, torch's sum is 0.0, -(0.0) would be -0.0
+    losses = symgrad.where(valid, -picked, 0.0)
     total = valid.to(logp.dtype).sum()
-    out = -picked.sum()
+    out = losses.sum()
     return (out / total if reduction == 1 else out), total
 
 
