@@ -792,6 +792,46 @@ def test_function_set_materialize_grads():
     assert run_both(function_materialize_grads)[0] == [None, [1.0, 1.0]]
 
 
+def function_grads_of_unused_and_non_tensor_outputs(lib):
+    """What backward gets for an output without a gradient: zeros of its shape and dtype (materialized),
+    None without materialized grads, and None always for a non-tensor output (an int, a string, None;
+    once a 0-d float32 zero)."""
+    log = []
+
+    def desc(g):
+        return None if g is None else [type(g).__name__, list(g.shape), str(g.dtype).split(".")[-1], vals(g)]
+
+    class Mixed(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, materialize):
+            ctx.set_materialize_grads(materialize)
+            flags = x > 0
+            ctx.mark_non_differentiable(flags)
+            return x * 2, 7, "label", None, flags, lib.tensor([1, 2]), x * 3
+
+        @staticmethod
+        def backward(ctx, *grads):
+            log.append([desc(g) for g in grads])
+            first = grads[0] * 2 if grads[0] is not None else 0
+            last = grads[6] * 3 if grads[6] is not None else 0
+            return first + last, None
+
+    for materialize in (True, False):
+        x = lib.tensor([1.0, -2.0], requires_grad=True)
+        out = Mixed.apply(x, materialize)
+        log.append([type(o).__name__ for o in out])
+        out[0].sum().backward()
+        out = Mixed.apply(x, materialize)
+        (out[6] * out[6]).sum().backward()
+        log.append(vals(x.grad))
+    return log
+
+
+def test_function_grads_of_unused_and_non_tensor_outputs():
+    log = run_both(function_grads_of_unused_and_non_tensor_outputs)
+    assert log[1][1:4] == [None, None, None]           # the int, the string and None: no zeros
+
+
 def function_mark_dirty(lib):
     log = []
 
