@@ -691,6 +691,153 @@ def test_inference_mode_decorators():
     run_both(inference_mode_decorators)
 
 
+def _grad_mode_decorators(lib):
+    """Each grad-mode switch as a decorator, by name (set_grad_enabled made anew: it acts at once)."""
+    return {"no_grad()": lambda: lib.no_grad(), "no_grad": lambda: lib.no_grad,
+            "enable_grad()": lambda: lib.enable_grad(), "set_grad_enabled(False)": lambda: lib.set_grad_enabled(False),
+            "set_grad_enabled(True)": lambda: lib.set_grad_enabled(True),
+            "inference_mode()": lambda: lib.inference_mode(), "inference_mode": lambda: lib.inference_mode,
+            "inference_mode(False)": lambda: lib.inference_mode(False)}
+
+
+def grad_mode_in_decorated_generators(lib):
+    """A decorated generator's body runs in the decorator's mode at every resumption (next, send, throw,
+    close, yield from) and its caller keeps its own mode in between: symgrad once set the mode only
+    while the call created the generator, so the body ran in the caller's mode."""
+    log = []
+
+    def state(tag):
+        log.append([tag, lib.is_grad_enabled(), lib.is_inference_mode_enabled()])
+
+    for name, make in _grad_mode_decorators(lib).items():
+        deco = make()
+        turns_on = "enable" in name or name.endswith("(True)") or name == "inference_mode(False)"
+        with lib.set_grad_enabled(not turns_on):
+            state(f"{name}: caller")
+
+            @deco
+            def counter(n, name=name):
+                state(f"{name}: body starts")
+                x = lib.ones(1, requires_grad=True)
+                for i in range(n):
+                    sent = yield (x * i).requires_grad
+                    state(f"{name}: body resumed with {sent}")
+                try:
+                    yield "last"
+                except ValueError as exc:
+                    state(f"{name}: body caught {exc}")
+                    yield "caught"
+                finally:
+                    state(f"{name}: body finally")
+                return "done"
+
+            state(f"{name}: after decorating")
+            gen = counter(2)
+            log.append(next(gen))
+            state(f"{name}: caller after next")
+            log.append(gen.send("x"))
+            log.append(gen.send("y"))
+            state(f"{name}: caller after send")
+            log.append(gen.throw(ValueError("boom")))
+            state(f"{name}: caller after throw")
+            gen.close()
+            state(f"{name}: caller after close")
+            log.append(list(counter(1)))
+
+            def delegating():
+                result = yield from counter(1)
+                log.append(["returned", result])
+            log.append(list(delegating()))
+            state(f"{name}: caller at the end")
+    return log
+
+
+def test_grad_mode_decorated_generators():
+    log = run_both(grad_mode_in_decorated_generators)
+    assert ["no_grad(): body starts", False, False] in log and ["no_grad(): caller after next", True, False] in log
+
+
+def grad_mode_in_decorated_coroutines(lib):
+    """As in PyTorch, a decorated ``async def`` gets the mode only while its call creates the coroutine:
+    the body runs in the mode of whoever awaits it.  A ``with`` block around an ``await`` holds its mode
+    while the coroutine is suspended (grad mode is per thread, not per task), in both libraries."""
+    import asyncio
+
+    log = []
+
+    def state(tag):
+        log.append([tag, lib.is_grad_enabled(), lib.is_inference_mode_enabled()])
+
+    for name, make in _grad_mode_decorators(lib).items():
+        @make()
+        async def double(x, name=name):
+            state(f"{name}: coroutine starts")
+            await asyncio.sleep(0)
+            state(f"{name}: coroutine resumed")
+            return x * 2
+
+        async def main(name=name):
+            state(f"{name}: main")
+            y = await double(lib.ones(1, requires_grad=True))
+            log.append(y.requires_grad)
+            state(f"{name}: main after await")
+
+        with lib.set_grad_enabled(False):
+            asyncio.run(main())
+        asyncio.run(main())
+
+    async def worker(tag):
+        with lib.no_grad():
+            state(f"{tag} in no_grad")
+            await asyncio.sleep(0)
+            state(f"{tag} resumed in no_grad")
+        state(f"{tag} after no_grad")
+
+    async def other():
+        state("other task")
+        await asyncio.sleep(0)
+
+    async def both():
+        await asyncio.gather(worker("worker"), other())
+    asyncio.run(both())
+    state("after the tasks")
+    return log
+
+
+def test_grad_mode_decorated_coroutines():
+    run_both(grad_mode_in_decorated_coroutines)
+
+
+def grad_mode_decorator_reuse_and_classes(lib):
+    log = []
+    decorate = lib.set_grad_enabled(False)     # acts at once; decorating undoes that, every time
+    log.append(lib.is_grad_enabled())
+
+    @decorate
+    def f():
+        return lib.is_grad_enabled()
+
+    @decorate
+    def g():
+        return lib.is_grad_enabled()
+    log += [lib.is_grad_enabled(), f(), g(), lib.is_grad_enabled()]
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        @lib.no_grad()
+        class Made:
+            def __init__(self):
+                self.mode = lib.is_grad_enabled()
+    log += [Made().mode, [w.category.__name__ for w in caught], lib.is_grad_enabled()]
+    return log
+
+
+def test_grad_mode_decorator_reuse_and_classes():
+    assert run_both(grad_mode_decorator_reuse_and_classes)[:5] == [False, True, False, False, True]
+
+
 def inference_tensor_in_custom_function(lib):
     w = lib.ones(2, requires_grad=True)
     with lib.inference_mode():
