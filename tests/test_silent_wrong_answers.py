@@ -541,3 +541,121 @@ def test_nll_loss_2d_and_unbatched_with_every_target_ignored():
     for got, want in zip(*_both(run)):
         np.testing.assert_equal(got, want)
         assert (want == 0).all()
+
+
+def _error_of(fn):
+    """(class name, message's first sentence as torch words it) of ``fn()``'s error, or its result."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the class is compared
+        return type(exc).__name__, str(exc).replace("symgrad", "torch").split(". ")[0].rstrip(".")
+
+
+@pytest.mark.parametrize("returned", ["short", "0-d", "keepdim", "broadcast", "float64", "second"])
+def test_custom_function_gradient_of_a_wrong_shape_raises_like_torch(returned):
+    # torch sums a broadcast gradient down but never expands one; symgrad expanded a 0-d or [1, 3] one
+    def run(lib):
+        grads = {"short": lambda: (lib.ones(2), None), "0-d": lambda: (lib.tensor(1.0), None),
+                 "keepdim": lambda: (lib.ones(3), lib.ones(1, 3)), "broadcast": lambda: (lib.ones(2, 3), None),
+                 "float64": lambda: (lib.ones(3, dtype=lib.float64), None),
+                 "second": lambda: (lib.ones(3), lib.ones(3, 2))}[returned]
+
+        class Bad(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, y):
+                return x * 2 + y
+
+            @staticmethod
+            def backward(ctx, g):
+                return grads()
+
+        x = lib.ones(3, requires_grad=True)
+        y = lib.ones(2, 3, requires_grad=True)
+
+        def go():
+            Bad.apply(x, y).sum().backward()
+            return x.grad.tolist(), str(x.grad.dtype).split(".")[-1]
+        return _error_of(go)
+
+    ours, theirs = _both(run)
+    assert ours == theirs
+    if returned in ("0-d", "keepdim"):
+        assert theirs[0] == "RuntimeError" and "returned an invalid gradient at index" in theirs[1]
+
+
+MATMULS = {
+    "f32 @ f64 2-d": lambda lib: lib.ones(2, 3) @ lib.ones(3, 2, dtype=lib.float64),
+    "f64 @ f32 2-d": lambda lib: lib.ones(2, 3, dtype=lib.float64) @ lib.ones(3, 2),
+    "i64 @ f32": lambda lib: lib.ones(2, 3, dtype=lib.int64) @ lib.ones(3, 2),
+    "i64 @ i32": lambda lib: lib.ones(2, 3, dtype=lib.int64) @ lib.ones(3, 2, dtype=lib.int32),
+    "matrix @ vector": lambda lib: lib.ones(2, 3) @ lib.ones(3, dtype=lib.float64),
+    "vector @ vector": lambda lib: lib.ones(3, dtype=lib.float64) @ lib.ones(3),
+    "vector @ matrix": lambda lib: lib.ones(3) @ lib.ones(3, 2, dtype=lib.float64),
+    "batch @ matrix": lambda lib: lib.ones(2, 2, 3) @ lib.ones(3, 2, dtype=lib.float64),
+    "batch @ batch": lambda lib: lib.ones(2, 2, 3) @ lib.ones(2, 3, 2, dtype=lib.float64),
+    "mm": lambda lib: lib.mm(lib.ones(2, 3), lib.ones(3, 2, dtype=lib.float64)),
+    "mv": lambda lib: lib.mv(lib.ones(2, 3, dtype=lib.float64), lib.ones(3)),
+    "bmm": lambda lib: lib.bmm(lib.ones(1, 2, 3), lib.ones(1, 3, 2, dtype=lib.float64)),
+    "dot": lambda lib: lib.dot(lib.ones(3), lib.ones(3, dtype=lib.float64)),
+    "einsum": lambda lib: lib.einsum("ij,jk->ik", lib.ones(2, 3), lib.ones(3, 2, dtype=lib.float64)),
+    "tensordot": lambda lib: lib.tensordot(lib.ones(2, 3), lib.ones(3, 2, dtype=lib.float64), 1),
+    "inner": lambda lib: lib.inner(lib.ones(2), lib.ones(2, dtype=lib.float64)),
+    "linear": lambda lib: lib.nn.functional.linear(lib.ones(2, 3), lib.ones(4, 3, dtype=lib.float64)),
+    "linear, bias": lambda lib: lib.nn.functional.linear(lib.ones(2, 3), lib.ones(4, 3),
+                                                         lib.ones(4, dtype=lib.float64)),
+    "linear, weight": lambda lib: lib.nn.functional.linear(lib.ones(2, 3), lib.ones(4, 3, dtype=lib.float64),
+                                                           lib.ones(4, dtype=lib.float64)),
+    "same dtype": lambda lib: (lib.ones(2, 3, dtype=lib.int64) @ lib.ones(3, 2, dtype=lib.int64)).tolist(),
+    "outer promotes": lambda lib: str(lib.outer(lib.ones(2), lib.ones(3, dtype=lib.float64)).dtype).split(".")[-1],
+}
+
+
+@pytest.mark.parametrize("case", list(MATMULS))
+def test_matrix_products_of_two_dtypes_raise_like_torch(case):
+    # symgrad promoted (float32 @ float64 was a float64 result); torch raises, naming the dtypes
+    ours, theirs = _both(lambda lib: _error_of(lambda: MATMULS[case](lib)))
+    assert ours == theirs
+
+
+def test_numpy_products_of_two_dtypes_still_promote():
+    x = symgrad.ones(2, 3, requires_grad=True)
+    w = np.ones((3, 2))                       # float64
+    for out in (np.matmul(x, w), np.dot(x, w), np.einsum("ij,jk->ik", x, w), np.tensordot(x, w, 1)):
+        assert out.dtype is symgrad.float64 and out.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+SETITEM_KEYS = {"int": 0, "slice": slice(0, 2), "ints": (0, 1), "ellipsis": Ellipsis, "0-d index": "0-d",
+                "index": "index", "list": [0, 2], "mask": "mask", "(index, 0)": "index0", "(:, index)": "colindex",
+                "2-d mask": "mask2d", "(mask, index)": "maskindex"}
+
+
+@pytest.mark.parametrize("key", list(SETITEM_KEYS))
+@pytest.mark.parametrize("source", ["float64", "float64 requiring grad", "int64", "float32", "float64 (2,)"])
+def test_index_assignment_of_another_dtype_follows_torch(key, source):
+    # basic indexing copies (casting); an advanced index is index_put_, which refuses another dtype, except
+    # a lone bool mask with a one-element value (masked_fill_); symgrad once cast in every case
+    def run(lib):
+        keys = {"0-d": lib.tensor(1), "index": lib.tensor([0, 2]), "mask": lib.tensor([True, False, True]),
+                "index0": (lib.tensor([0, 2]), 0), "colindex": (slice(None), lib.tensor([1])),
+                "mask2d": lib.tensor([[True, False], [False, True], [True, True]]),
+                "maskindex": (lib.tensor([True, False, True]), lib.tensor([1, 0]))}
+        k = SETITEM_KEYS[key]
+        k = keys.get(k, k) if isinstance(k, str) else k
+        dtype = {"float64": lib.float64, "int64": lib.int64, "float32": lib.float32}[source.split()[0]]
+        shape = (2,) if "(2,)" in source else ()
+        y = lib.full(shape, 3 if dtype is lib.int64 else 1.1, dtype=dtype,
+                     requires_grad="grad" in source)
+        x = lib.zeros(3, 2, requires_grad=True) * 1
+
+        def go():
+            x[k] = y
+            x.sum().backward()
+            return [str(x.dtype).split(".")[-1], x.tolist(), None if y.grad is None else y.grad.tolist()]
+        return _error_of(go)
+
+    ours, theirs = _both(run)
+    if isinstance(theirs, tuple) and "dtype" not in theirs[1]:
+        # a shape error in torch: symgrad raises too (its shape errors are worded, and some classed, as numpy's)
+        assert isinstance(ours, tuple) and ours[0] in ("RuntimeError", "ValueError")
+        return
+    assert ours == theirs

@@ -223,7 +223,10 @@ def _reshape_grad(node, index, g, shape, sum_to, expand):
     if len(gshape) >= len(shape) and all(s == 1 or s == gs for s, gs in zip(shape, gshape[len(gshape) - len(shape):])):
         return sum_to(g, shape)
     try:
-        return expand(g, shape)  # a constant gradient (e.g. a 0-d zero) broadcast to the input
+        if getattr(node, "_user_backward", False):
+            # a custom Function's backward: PyTorch only sums a broadcast gradient down, never expands one
+            raise ValueError
+        return expand(g, shape)  # a rule's constant gradient (e.g. a 0-d zero) broadcast to the input
     except (ValueError, RuntimeError):
         raise RuntimeError(f"Function {type(node).__name__} returned an invalid gradient at index {index} - got "
                            f"{list(gshape)} but expected shape compatible with {list(shape)}") from None

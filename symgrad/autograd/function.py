@@ -40,6 +40,7 @@ class BackwardCFunction(Node):
 
     _forward_cls = None
     _has_saved = False
+    _user_backward = True   # the engine checks its gradients' shapes as PyTorch does (no expanding)
 
     def __init__(self) -> None:
         super().__init__()
