@@ -31,6 +31,9 @@ from ..rules.vocab import (
     reduced_grad,  # noqa: F401  (a formula helper: same code on Tensors)
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
+from ..rules.vocab import np_mean as _np_mean
+from ..rules.vocab import np_scan as _np_scan
+from ..rules.vocab import np_sum as _np_sum
 from ..tensor import Tensor, is_numpy_face
 from . import registry
 from .registry import apply, forward, get
@@ -449,8 +452,9 @@ def _sum_fwd(self, dtype=None):
 def _sum_dim_fwd(self, dim, keepdim=False, dtype=None):
     if dtype is None and self.dtype.kind != "f":
         return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim, dtype=np.int64)
-    return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim,
-                  dtype=None if dtype is None else dtype.np)
+    if dtype is None or dtype.np == self.dtype:
+        return _np_sum(self, normalize_dims(dim, self.ndim), keepdim)
+    return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim, dtype=dtype.np)
 
 
 @forward("mean", float_only=True)
@@ -460,7 +464,7 @@ def _mean_fwd(self, dtype=None):
 
 @forward("mean.dim", float_only=True)
 def _mean_dim_fwd(self, dim, keepdim=False, dtype=None):
-    return np.mean(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim)
+    return _np_mean(self, normalize_dims(dim, self.ndim), keepdim)
 
 
 @forward("prod")
@@ -2116,11 +2120,11 @@ def keep_last_writes(values, input_sizes, indices) -> Tensor:
 # Scans, sorting, index results and counts with PyTorch's names and signatures; the numpy-shaped
 # handlers in numpy_surface/reductions.py call these.
 
-def _scan_fwd(np_scan):
+def _scan_fwd(scan):
     def fwd(self, dim):
         if self.ndim == 0:  # a scan of one value: the value (numpy's dtype rules still apply)
-            return np_scan(self.reshape(1)).reshape(())
-        return np_scan(self, axis=dim)
+            return scan(self.reshape(1)).reshape(())
+        return _np_scan(scan, self, dim)   # in PyTorch's accumulation type (float64 for float32)
 
     return fwd
 
