@@ -164,6 +164,173 @@ def test_hook_order():
     assert log[0] == ["hook c", [1.0, 1.0]]
 
 
+def _leaves(lib, n):
+    # float64: the logged gradients pass through exp and sin of large arguments
+    return [lib.tensor([float(i + 1)], dtype=lib.float64, requires_grad=True) for i in range(n)]
+
+
+def _log_leaf_hooks(lib, log, tensors, names):
+    for name, t in zip(names, tensors):
+        t.register_hook(lambda g, name=name: log.append(["hook " + name, vals(g)]))
+        t.register_post_accumulate_grad_hook(lambda p, name=name: log.append(["post-acc " + name, vals(p.grad)]))
+
+
+def order_non_leaf(lib, log):
+    # tensor hooks (in registration order), then retain_grad (after all of them, whenever it was
+    # called), then node pre-hooks, the node, node post-hooks
+    a = lib.tensor([1.0, 2.0], requires_grad=True)
+    b = a * 2
+    b.grad_fn.register_prehook(lambda g: log.append(["node pre 1", vals(g)]))
+    b.register_hook(lambda g: log.append(["tensor 1", vals(g)]) or g * 10)
+    b.retain_grad()
+    b.register_hook(lambda g: log.append(["tensor 2", vals(g)]) or g + 1)
+    b.grad_fn.register_prehook(lambda g: log.append(["node pre 2", vals(g)]))
+    b.grad_fn.register_hook(lambda gi, go: log.append(["node post", vals(gi), vals(go)]))
+    b.sum().backward()
+    log.append(["grads", vals(b.grad), vals(a.grad)])
+
+
+def order_leaf(lib, log):
+    # a leaf: tensor hooks, AccumulateGrad's pre-hooks, accumulation, post-accumulate hooks, its post-hooks
+    a = lib.tensor([1.0, 2.0], requires_grad=True)
+    acc = (a * 1).grad_fn.next_functions[0][0]
+    a.register_post_accumulate_grad_hook(lambda p: log.append(["post-acc 1", vals(p.grad)]))
+    acc.register_prehook(lambda g: log.append(["acc pre", vals(g)]))
+    a.register_hook(lambda g: log.append(["leaf 1", vals(g)]) or g * 3)
+    acc.register_hook(lambda gi, go: log.append(["acc post", vals(gi), vals(go)]))
+    a.register_hook(lambda g: log.append(["leaf 2", vals(g)]))
+    a.register_post_accumulate_grad_hook(lambda p: log.append(["post-acc 2", vals(p.grad)]))
+    a.retain_grad()                   # a no-op on a leaf
+    for _ in range(2):
+        (a * 2).sum().backward()
+        log.append(["a.grad", vals(a.grad)])
+
+
+def order_leaves_and_nodes(lib, log):
+    a, b = _leaves(lib, 2)
+    _log_leaf_hooks(lib, log, (a, b), "ab")
+    c = a * b
+    d = c.exp()
+    e = c * a
+    for name, t in (("c", c), ("d", d), ("e", e)):
+        t.register_hook(lambda g, name=name: log.append(["hook " + name, vals(g)]))
+    (d + e).sum().backward()
+
+
+def order_leaves_of_one_node(lib, log):
+    a, b, c, d = _leaves(lib, 4)
+    _log_leaf_hooks(lib, log, (a, b, c, d), "abcd")
+    lib.stack([a, b, c]).sum().backward()
+    lib.cat([c, a, b]).sum().backward()
+    (a * b * c).sum().backward()
+    (lib.stack([d, b]).sum() * lib.cat([a, c]).prod()).backward()
+
+
+def order_module_parameters(lib, log):
+    lib.manual_seed(0)
+    model = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.Tanh(), lib.nn.Linear(3, 1))
+    for name, p in model.named_parameters():
+        p.register_hook(lambda g, name=name: log.append("hook " + name))
+        p.register_post_accumulate_grad_hook(lambda p, name=name: log.append("post-acc " + name))
+    model(lib.ones(4, 2)).sum().backward()
+
+
+def order_root_and_late_leaf(lib, log):
+    a, b = _leaves(lib, 2)
+    _log_leaf_hooks(lib, log, (a, b), "ab")
+    loss = (a * 2 + b).sum()
+    loss.register_hook(lambda g: log.append(["root hook", vals(g)]))
+    loss.grad_fn.register_prehook(lambda g: log.append("root pre"))
+    loss.retain_grad()
+    loss.backward()
+    x = a * 2
+    y = (b * 3).exp()
+    z = (y * a).sin()
+    for name, t in (("x", x), ("y", y), ("z", z)):
+        t.grad_fn.register_prehook(lambda g, name=name: log.append(name + " node"))
+    (x + z).sum().backward()
+
+
+def order_outputs_without_gradient(lib, log):
+    # PyTorch calls the hooks of an output that gets no gradient with None when its node runs, and
+    # node pre-hooks see one slot per output (sort: values only); symgrad once skipped those hooks
+    a = lib.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    p, q = a.unbind(0)
+    p.register_hook(lambda g: log.append(["p", vals(g)]))
+    q.register_hook(lambda g: log.append(["q", vals(g)]))
+    q.retain_grad()
+    p.grad_fn.register_prehook(lambda g: log.append(["unbind pre", vals(g)]))
+    (p * 2).sum().backward()
+    log.append(["q.grad", vals(q.grad)])
+    values, _ = a[0].sort()
+    values.grad_fn.register_prehook(lambda g: log.append(["sort pre", vals(g)]))
+    values.sum().backward()
+
+    class Two(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            log.append(["Two backward", vals(g1), vals(g2)])
+            return g1 * 2 + g2 * 3
+
+    y1, y2 = Two.apply(a)
+    y2.register_hook(lambda g: log.append(["y2", vals(g)]))
+    y1.sum().backward()
+    p, q = a.unbind(0)
+    q.register_hook(lambda g: lib.ones(2))
+    log.append(attempt(lambda: p.sum().backward()))
+
+
+def order_hooks_added_during_backward(lib, log):
+    a = lib.tensor([1.0], requires_grad=True)
+    b = a * 2
+    c = b * 3
+
+    def on_c(g):
+        log.append("c")
+        b.register_hook(lambda g: log.append(["b, added late", vals(g)]))
+        a.register_hook(lambda g: log.append(["a, added late", vals(g)]))
+        a.register_post_accumulate_grad_hook(lambda p: log.append("post-acc a, added late"))
+        b.grad_fn.register_prehook(lambda g: log.append("b node, added late"))
+    c.register_hook(on_c)
+    c.backward()
+
+
+def order_leaf_hooks_modify(lib, log):
+    a = lib.tensor([1.0, 2.0], requires_grad=True)
+    a.register_hook(lambda g: (log.append(["h1", vals(g)]), g * 2)[1])
+    a.register_post_accumulate_grad_hook(lambda p: log.append(["post-acc", vals(p.grad)]))
+    a.register_hook(lambda g: (log.append(["h2", vals(g)]), g + 1)[1])
+    (a * a).sum().backward()
+    b = lib.tensor([1.0], requires_grad=True)
+    b.grad = lib.tensor([10.0])
+    b.register_post_accumulate_grad_hook(lambda p: log.append(["post-acc b", vals(p.grad)]))
+    b.register_hook(lambda g: log.append(["hook b", vals(g)]))
+    (b * 3).backward()
+    c, d = _leaves(lib, 2)
+    _log_leaf_hooks(lib, log, (c, d), "cd")
+    (c * d).sum().backward(inputs=[d])
+    lib.autograd.grad((c * d).sum(), c)
+    (c * d).sum().backward()
+
+
+HOOK_ORDERS = [order_non_leaf, order_leaf, order_leaves_and_nodes, order_leaves_of_one_node, order_module_parameters,
+               order_root_and_late_leaf, order_outputs_without_gradient, order_hooks_added_during_backward,
+               order_leaf_hooks_modify]
+
+
+@pytest.mark.parametrize("scenario", HOOK_ORDERS, ids=lambda f: f.__name__)
+def test_hook_call_order_matches_torch(scenario):
+    def run(lib):
+        log = []
+        scenario(lib, log)
+        return log
+    run_both(run)
+
+
 def leaf_hooks_run_when_ready(lib):
     """A leaf's hooks run as soon as its gradient is complete, before unrelated nodes."""
     log = []
@@ -691,6 +858,153 @@ def test_inference_mode_decorators():
     run_both(inference_mode_decorators)
 
 
+def _grad_mode_decorators(lib):
+    """Each grad-mode switch as a decorator, by name (set_grad_enabled made anew: it acts at once)."""
+    return {"no_grad()": lambda: lib.no_grad(), "no_grad": lambda: lib.no_grad,
+            "enable_grad()": lambda: lib.enable_grad(), "set_grad_enabled(False)": lambda: lib.set_grad_enabled(False),
+            "set_grad_enabled(True)": lambda: lib.set_grad_enabled(True),
+            "inference_mode()": lambda: lib.inference_mode(), "inference_mode": lambda: lib.inference_mode,
+            "inference_mode(False)": lambda: lib.inference_mode(False)}
+
+
+def grad_mode_in_decorated_generators(lib):
+    """A decorated generator's body runs in the decorator's mode at every resumption (next, send, throw,
+    close, yield from) and its caller keeps its own mode in between: symgrad once set the mode only
+    while the call created the generator, so the body ran in the caller's mode."""
+    log = []
+
+    def state(tag):
+        log.append([tag, lib.is_grad_enabled(), lib.is_inference_mode_enabled()])
+
+    for name, make in _grad_mode_decorators(lib).items():
+        deco = make()
+        turns_on = "enable" in name or name.endswith("(True)") or name == "inference_mode(False)"
+        with lib.set_grad_enabled(not turns_on):
+            state(f"{name}: caller")
+
+            @deco
+            def counter(n, name=name):
+                state(f"{name}: body starts")
+                x = lib.ones(1, requires_grad=True)
+                for i in range(n):
+                    sent = yield (x * i).requires_grad
+                    state(f"{name}: body resumed with {sent}")
+                try:
+                    yield "last"
+                except ValueError as exc:
+                    state(f"{name}: body caught {exc}")
+                    yield "caught"
+                finally:
+                    state(f"{name}: body finally")
+                return "done"
+
+            state(f"{name}: after decorating")
+            gen = counter(2)
+            log.append(next(gen))
+            state(f"{name}: caller after next")
+            log.append(gen.send("x"))
+            log.append(gen.send("y"))
+            state(f"{name}: caller after send")
+            log.append(gen.throw(ValueError("boom")))
+            state(f"{name}: caller after throw")
+            gen.close()
+            state(f"{name}: caller after close")
+            log.append(list(counter(1)))
+
+            def delegating():
+                result = yield from counter(1)
+                log.append(["returned", result])
+            log.append(list(delegating()))
+            state(f"{name}: caller at the end")
+    return log
+
+
+def test_grad_mode_decorated_generators():
+    log = run_both(grad_mode_in_decorated_generators)
+    assert ["no_grad(): body starts", False, False] in log and ["no_grad(): caller after next", True, False] in log
+
+
+def grad_mode_in_decorated_coroutines(lib):
+    """As in PyTorch, a decorated ``async def`` gets the mode only while its call creates the coroutine:
+    the body runs in the mode of whoever awaits it.  A ``with`` block around an ``await`` holds its mode
+    while the coroutine is suspended (grad mode is per thread, not per task), in both libraries."""
+    import asyncio
+
+    log = []
+
+    def state(tag):
+        log.append([tag, lib.is_grad_enabled(), lib.is_inference_mode_enabled()])
+
+    for name, make in _grad_mode_decorators(lib).items():
+        @make()
+        async def double(x, name=name):
+            state(f"{name}: coroutine starts")
+            await asyncio.sleep(0)
+            state(f"{name}: coroutine resumed")
+            return x * 2
+
+        async def main(name=name):
+            state(f"{name}: main")
+            y = await double(lib.ones(1, requires_grad=True))
+            log.append(y.requires_grad)
+            state(f"{name}: main after await")
+
+        with lib.set_grad_enabled(False):
+            asyncio.run(main())
+        asyncio.run(main())
+
+    async def worker(tag):
+        with lib.no_grad():
+            state(f"{tag} in no_grad")
+            await asyncio.sleep(0)
+            state(f"{tag} resumed in no_grad")
+        state(f"{tag} after no_grad")
+
+    async def other():
+        state("other task")
+        await asyncio.sleep(0)
+
+    async def both():
+        await asyncio.gather(worker("worker"), other())
+    asyncio.run(both())
+    state("after the tasks")
+    return log
+
+
+def test_grad_mode_decorated_coroutines():
+    run_both(grad_mode_in_decorated_coroutines)
+
+
+def grad_mode_decorator_reuse_and_classes(lib):
+    log = []
+    decorate = lib.set_grad_enabled(False)     # acts at once; decorating undoes that, every time
+    log.append(lib.is_grad_enabled())
+
+    @decorate
+    def f():
+        return lib.is_grad_enabled()
+
+    @decorate
+    def g():
+        return lib.is_grad_enabled()
+    log += [lib.is_grad_enabled(), f(), g(), lib.is_grad_enabled()]
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        @lib.no_grad()
+        class Made:
+            def __init__(self):
+                self.mode = lib.is_grad_enabled()
+    log += [Made().mode, [w.category.__name__ for w in caught], lib.is_grad_enabled()]
+    return log
+
+
+def test_grad_mode_decorator_reuse_and_classes():
+    assert run_both(grad_mode_decorator_reuse_and_classes)[:5] == [False, True, False, False, True]
+
+
 def inference_tensor_in_custom_function(lib):
     w = lib.ones(2, requires_grad=True)
     with lib.inference_mode():
@@ -790,6 +1104,46 @@ def function_materialize_grads(lib):
 
 def test_function_set_materialize_grads():
     assert run_both(function_materialize_grads)[0] == [None, [1.0, 1.0]]
+
+
+def function_grads_of_unused_and_non_tensor_outputs(lib):
+    """What backward gets for an output without a gradient: zeros of its shape and dtype (materialized),
+    None without materialized grads, and None always for a non-tensor output (an int, a string, None;
+    once a 0-d float32 zero)."""
+    log = []
+
+    def desc(g):
+        return None if g is None else [type(g).__name__, list(g.shape), str(g.dtype).split(".")[-1], vals(g)]
+
+    class Mixed(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, materialize):
+            ctx.set_materialize_grads(materialize)
+            flags = x > 0
+            ctx.mark_non_differentiable(flags)
+            return x * 2, 7, "label", None, flags, lib.tensor([1, 2]), x * 3
+
+        @staticmethod
+        def backward(ctx, *grads):
+            log.append([desc(g) for g in grads])
+            first = grads[0] * 2 if grads[0] is not None else 0
+            last = grads[6] * 3 if grads[6] is not None else 0
+            return first + last, None
+
+    for materialize in (True, False):
+        x = lib.tensor([1.0, -2.0], requires_grad=True)
+        out = Mixed.apply(x, materialize)
+        log.append([type(o).__name__ for o in out])
+        out[0].sum().backward()
+        out = Mixed.apply(x, materialize)
+        (out[6] * out[6]).sum().backward()
+        log.append(vals(x.grad))
+    return log
+
+
+def test_function_grads_of_unused_and_non_tensor_outputs():
+    log = run_both(function_grads_of_unused_and_non_tensor_outputs)
+    assert log[1][1:4] == [None, None, None]           # the int, the string and None: no zeros
 
 
 def function_mark_dirty(lib):

@@ -223,7 +223,10 @@ def _reshape_grad(node, index, g, shape, sum_to, expand):
     if len(gshape) >= len(shape) and all(s == 1 or s == gs for s, gs in zip(shape, gshape[len(gshape) - len(shape):])):
         return sum_to(g, shape)
     try:
-        return expand(g, shape)  # a constant gradient (e.g. a 0-d zero) broadcast to the input
+        if getattr(node, "_user_backward", False):
+            # a custom Function's backward: PyTorch only sums a broadcast gradient down, never expands one
+            raise ValueError
+        return expand(g, shape)  # a rule's constant gradient (e.g. a 0-d zero) broadcast to the input
     except (ValueError, RuntimeError):
         raise RuntimeError(f"Function {type(node).__name__} returned an invalid gradient at index {index} - got "
                            f"{list(gshape)} but expected shape compatible with {list(shape)}") from None
@@ -232,10 +235,15 @@ def _reshape_grad(node, index, g, shape, sum_to, expand):
 def _run_tensor_hooks(node: Node, grads: list, create_graph: bool) -> None:
     Tensor = _tensor_cls()
     for nr, hooks in node._pre_hooks.items():
-        if nr < 0 or nr >= len(grads) or grads[nr] is None or not hooks:
+        if nr < 0 or not hooks:
             continue
-        g = grads[nr]
+        g = grads[nr] if nr < len(grads) else None
         for hook in list(hooks):
+            if g is None:
+                # the node runs but this output got no gradient: PyTorch calls its hooks with None
+                if hook(None) is not None:
+                    raise RuntimeError("can't replace a None gradient with a non-None value")
+                continue
             arg = g if create_graph else Tensor._wrap(g)
             new = hook(arg)
             if new is None:
@@ -248,7 +256,8 @@ def _run_tensor_hooks(node: Node, grads: list, create_graph: bool) -> None:
                 raise RuntimeError(f"hook '{getattr(hook, '__name__', 'hook')}' has changed the size of value: "
                                    f"expected {list(old_shape)}, got {list(new.shape)}")
             g = new if create_graph else new._data
-        grads[nr] = g
+        if g is not None:
+            grads[nr] = g
 
 
 def _run_node_pre_hooks(node: Node, grads: list, create_graph: bool) -> None:

@@ -40,6 +40,7 @@ class BackwardCFunction(Node):
 
     _forward_cls = None
     _has_saved = False
+    _user_backward = True   # the engine checks its gradients' shapes as PyTorch does (no expanding)
 
     def __init__(self) -> None:
         super().__init__()
@@ -114,12 +115,13 @@ class BackwardCFunction(Node):
                                "You should only implement one of them.")
         user_fn = cls.vjp if cls.vjp is not Function.vjp else cls.backward
         args = []
-        for g, (shape, dtype) in zip(grads, self._out_meta):
+        for g, meta in zip(grads, self._out_meta):
             if g is None:
-                if not self.materialize_grads:
+                # a non-tensor output (an int, a string, None) gets None even with materialized grads
+                if meta is None or not self.materialize_grads:
                     args.append(None)
                     continue
-                g = np.zeros(shape, dtype=dtype)
+                g = np.zeros(meta[0], dtype=meta[1])
                 args.append(Tensor._wrap(g))
             else:
                 args.append(g if create_graph else Tensor._wrap(g))
@@ -249,8 +251,7 @@ class Function(metaclass=FunctionMeta):
         ctx._next = tuple(edges)
         ctx._meta = tuple(metas)
         ctx._n_outputs = len(outputs)
-        ctx._out_meta = tuple((o._data.shape, o._data.dtype) if isinstance(o, Tensor) else ((), np.float32)
-                              for o in outputs)
+        ctx._out_meta = tuple((o._data.shape, o._data.dtype) if isinstance(o, Tensor) else None for o in outputs)
         ctx._has_saved = ctx._saved_any
         if anomaly.is_enabled():
             ctx._trace = traceback.format_stack()[:-1]

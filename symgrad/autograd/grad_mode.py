@@ -13,7 +13,9 @@ False
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
+import warnings
 
 
 class _GradState(threading.local):
@@ -47,6 +49,59 @@ def _set_grad_mode(mode: bool) -> None:
     STATE.enabled = mode and not STATE.inference
 
 
+def _wrap_generator(make_context, fn):
+    """A generator function whose body runs under a fresh ``make_context()`` at each resumption (first
+    ``next``, ``send``, ``throw``, ``close``), while its caller keeps its own mode between them: a
+    generator decorated with ``no_grad`` must not turn grad mode off for the code that iterates it."""
+
+    @functools.wraps(fn)
+    def generator(*args, **kwargs):
+        inner = fn(*args, **kwargs)
+        try:
+            with make_context():
+                value = inner.send(None)
+            while True:
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    with make_context():
+                        inner.close()
+                    raise
+                except BaseException as exc:  # thrown in by the caller: the body handles it in its mode
+                    with make_context():
+                        value = inner.throw(exc)
+                else:
+                    with make_context():
+                        value = inner.send(sent)
+        except StopIteration as stop:
+            return stop.value
+
+    return generator
+
+
+def _decorate(make_context, fn):
+    """``fn`` run under a fresh ``make_context()`` per call, as PyTorch's grad-mode decorators: a
+    generator function per resumption (:func:`_wrap_generator`); a coroutine function, as in PyTorch,
+    only while the call creates the coroutine (its body runs later, in the mode of whoever awaits it)."""
+    if inspect.isclass(fn):
+        warnings.warn("Decorating classes is deprecated and will be disabled in future versions. You should only "
+                      "decorate functions or methods. To preserve the current behavior of class decoration, you "
+                      "can directly decorate the `__init__` method and nothing else.", FutureWarning, stacklevel=3)
+        cls = fn
+
+        def fn(*args, **kwargs):
+            return cls(*args, **kwargs)
+    if inspect.isgeneratorfunction(fn):
+        return _wrap_generator(make_context, fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with make_context():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 class _GradModeBase:
     """Shared context-manager and decorator behaviour."""
 
@@ -64,12 +119,7 @@ class _GradModeBase:
         _restore_mode(self._prev.pop())
 
     def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__._clone(self):
-                return fn(*args, **kwargs)
-
-        return wrapper
+        return _decorate(self._clone, fn)
 
     def _clone(self):
         return self.__class__()
@@ -98,30 +148,28 @@ class enable_grad(no_grad):
 
 
 class set_grad_enabled(_GradModeBase):
-    """Set grad mode: as a plain call it takes effect at once; as a context manager it is undone on exit."""
+    """Set grad mode: as a plain call it takes effect at once; as a context manager it is undone on exit
+    (back to the mode before the call, as in PyTorch)."""
 
     def __init__(self, mode: bool) -> None:
         super().__init__()
         self._target = bool(mode)
-        self._prev.append(_save_mode())
+        self._before = _save_mode()
         _set_grad_mode(self._target)  # a plain call takes effect immediately
 
     def __enter__(self):
+        _set_grad_mode(self._target)
         return self
 
     def __exit__(self, *exc) -> None:
-        _restore_mode(self._prev.pop())
+        _restore_mode(self._before)
 
     def __call__(self, fn):
-        _restore_mode(self._prev.pop())  # used as a decorator: undo the immediate effect
-        mode = self._target
+        _restore_mode(self._before)  # used as a decorator: undo the immediate effect (each time it decorates)
+        return _decorate(self._clone, fn)
 
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-
-        return wrapper
+    def _clone(self):
+        return set_grad_enabled(self._target)
 
 
 ERR_INFERENCE_SAVED = (
@@ -194,14 +242,7 @@ class inference_mode:
         STATE.enabled, STATE.grad_flag, STATE.inference = self._prev.pop()
 
     def __call__(self, fn):
-        mode = self.mode
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with inference_mode(mode):
-                return fn(*args, **kwargs)
-
-        return wrapper
+        return _decorate(self.clone, fn)
 
     def clone(self) -> inference_mode:
         return self.__class__(self.mode)

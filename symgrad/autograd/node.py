@@ -573,6 +573,14 @@ def _check_versions(node) -> None:
             _version_error(node, name, t._data, now, version, "input")
 
 
+def _differentiable_outputs(rule) -> int:
+    diff = rule.output_differentiability
+    n = rule.schema.num_outputs
+    if not diff:
+        return n
+    return max((k + 1 for k, d in enumerate(diff) if d), default=n)
+
+
 def make_node_class(rule, np_fns: tuple, t_fns: tuple, formula_params: tuple, edge_formulas: tuple,
                     fast: FusedBackward | None = None):
     """Create the backward node class of one rule-table entry (``MulBackward0``...)."""
@@ -588,7 +596,8 @@ def make_node_class(rule, np_fns: tuple, t_fns: tuple, formula_params: tuple, ed
         # A formula that is a bare saved name (`self: other`) would hand out saved memory: the engine
         # must then not add into its result in place.
         "_alias_free": all(not f.is_bare_name or f.text.strip() == "grad" for f in rule.formulas.values()),
-        "_n_outputs": rule.schema.num_outputs,
+        # PyTorch's node takes no gradient for trailing outputs that have none (sort's indices)
+        "_n_outputs": _differentiable_outputs(rule),
         "__doc__": f"Backward of ``{rule.schema.text}`` (derivatives.yaml line {rule.line}).",
         "__module__": "symgrad.autograd.generated",
     }

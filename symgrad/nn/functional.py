@@ -638,6 +638,13 @@ def linear(input, weight, bias=None) -> Tensor:
         out = T.matmul(x, T.t(w)) if w.ndim == 2 else T.matmul(x, w)
         return out if bias is None else out + _tensor(bias, "bias", "linear")
     b = _tensor(bias, "bias", "linear")
+    # PyTorch's addmm refuses mixed dtypes (a promoted float64 result would be a silent difference)
+    if x.dtype is not w.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {T._scalar_type(x)} and "
+                           f"{T._scalar_type(w)}" + T._NO_PROMOTION)
+    if b.dtype is not w.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {T._scalar_type(b)} and "
+                           f"{T._scalar_type(w)}" + T._NO_PROMOTION)
     if x.shape[-1] != w.shape[1]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({math.prod(x.shape[:-1])}x{x.shape[-1]} "
                            f"and {w.shape[1]}x{w.shape[0]})")

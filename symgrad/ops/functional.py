@@ -30,6 +30,9 @@ from ..rules.vocab import (
     reduced_grad,  # noqa: F401  (a formula helper: same code on Tensors)
 )
 from ..rules.vocab import inverse_permutation as _inverse_permutation
+from ..rules.vocab import np_mean as _np_mean
+from ..rules.vocab import np_scan as _np_scan
+from ..rules.vocab import np_sum as _np_sum
 from ..tensor import Tensor, is_numpy_face
 from . import registry, views
 from .registry import apply, forward, get
@@ -448,8 +451,9 @@ def _sum_fwd(self, dtype=None):
 def _sum_dim_fwd(self, dim, keepdim=False, dtype=None):
     if dtype is None and self.dtype.kind != "f":
         return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim, dtype=np.int64)
-    return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim,
-                  dtype=None if dtype is None else dtype.np)
+    if dtype is None or dtype.np == self.dtype:
+        return _np_sum(self, normalize_dims(dim, self.ndim), keepdim)
+    return np.sum(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim, dtype=dtype.np)
 
 
 @forward("mean", float_only=True)
@@ -459,7 +463,7 @@ def _mean_fwd(self, dtype=None):
 
 @forward("mean.dim", float_only=True)
 def _mean_dim_fwd(self, dim, keepdim=False, dtype=None):
-    return np.mean(self, axis=normalize_dims(dim, self.ndim), keepdims=keepdim)
+    return _np_mean(self, normalize_dims(dim, self.ndim), keepdim)
 
 
 @forward("prod")
@@ -839,6 +843,53 @@ forward("dot", dtype_rule="promote")(lambda self, tensor: np.dot(self, tensor))
 forward("outer", dtype_rule="promote")(lambda self, vec2: np.outer(self, vec2))
 
 
+# PyTorch's names of dtypes in its matrix-product errors: the C type, and the ScalarType
+_C_TYPE = {"float32": "float", "float64": "double", "float16": "c10::Half", "int64": "long int", "int32": "int",
+           "int16": "short int", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
+_SCALAR_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
+                "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_NO_PROMOTION = (". Matrix products do not promote dtypes, as in PyTorch: cast one operand to the other's "
+                 "dtype first (b.to(a.dtype))")
+
+
+def _c_type(t: Tensor) -> str:
+    return _C_TYPE.get(t.dtype.name, t.dtype.name)
+
+
+def _scalar_type(t: Tensor) -> str:
+    return _SCALAR_TYPE.get(t.dtype.name, t.dtype.name)
+
+
+def _same_dtype(op: str, a: Tensor, b: Tensor) -> None:
+    """PyTorch's refusal of a matrix product of two dtypes (numpy would promote: a float32 @ float64 that
+    promoted here gave float64 where PyTorch raises)."""
+    if a.dtype is b.dtype:
+        return
+    if op == "mm":
+        msg = f"expected m1 and m2 to have the same dtype, but got: {_c_type(a)} != {_c_type(b)}"
+    elif op == "mv":
+        # PyTorch names the vector, the matrix, the vector
+        msg = (f"addmv input tensors must have the same dtype, but got {_scalar_type(b)}, {_scalar_type(a)}, and "
+               f"{_scalar_type(b)}")
+    elif op == "dot":
+        msg = f"dot : expected both vectors to have same dtype, but found {_scalar_type(a)} and {_scalar_type(b)}"
+    elif op == "bmm":
+        msg = f"expected scalar type {_scalar_type(a)} but found {_scalar_type(b)}"
+    else:
+        msg = f"both inputs should have same dtype. Got {_scalar_type(a)} and {_scalar_type(b)}"
+    raise RuntimeError(msg + _NO_PROMOTION)
+
+
+def numpy_promoted(*operands) -> list:
+    """Operands of a product called through numpy (``numpy.matmul``, ``numpy.einsum``...) as tensors of one
+    dtype: numpy promotes where PyTorch's products raise."""
+    ts = [as_tensor(o) for o in operands]
+    if len({t.dtype for t in ts}) > 1:
+        common = _dt.result_type(*ts)
+        ts = [t if t.dtype is common else to(t, common) for t in ts]
+    return ts
+
+
 def _shapes_error(op: str, a: Tensor, b: Tensor, detail: str):
     return RuntimeError(f"{op}: {detail} (got shapes {list(a.shape)} and {list(b.shape)})")
 
@@ -851,6 +902,7 @@ def mm(input, mat2) -> Tensor:
     if a.shape[1] != b.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
                            f"{b.shape[0]}x{b.shape[1]})")
+    _same_dtype("mm", a, b)
     return _call("mm", a, b)
 
 
@@ -859,6 +911,7 @@ def mv(input, vec) -> Tensor:
     a, v = as_tensor(input), as_tensor(vec)
     if a.ndim != 2 or v.ndim != 1 or a.shape[1] != v.shape[0]:
         raise _shapes_error("mv", a, v, "expected a [n, m] matrix and an [m] vector")
+    _same_dtype("mv", a, v)
     return _call("mv", a, v)
 
 
@@ -867,6 +920,7 @@ def dot(input, tensor) -> Tensor:
     a, b = as_tensor(input), as_tensor(tensor)
     if a.ndim != 1 or b.ndim != 1 or a.shape[0] != b.shape[0]:
         raise _shapes_error("dot", a, b, "expected two 1-D tensors of the same size")
+    _same_dtype("dot", a, b)
     return _call("dot", a, b)
 
 
@@ -891,6 +945,7 @@ def bmm(input, mat2) -> Tensor:
     a, b = as_tensor(input), as_tensor(mat2)
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise _shapes_error("bmm", a, b, "expected [b, n, k] and [b, k, m]")
+    _same_dtype("bmm", a, b)
     return _call("bmm", a, b)
 
 
@@ -908,6 +963,13 @@ def matmul(input, other) -> Tensor:
     if k_a != k_b:
         raise RuntimeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
                            f"(inner dimensions {k_a} and {k_b} differ)")
+    if a.dtype is not b.dtype:
+        # the product PyTorch's matmul reaches raises: dot, mv, mm (a batch folded into rows), or bmm
+        if a.ndim == 1 and b.ndim == 1:
+            _same_dtype("dot", a, b)
+        if b.ndim == 1:
+            _same_dtype("mv", a, b)
+        _same_dtype("mm" if b.ndim == 2 else "bmm", a, b)
     if a.ndim == 1 and b.ndim == 1:
         return dot(a, b)
     if a.ndim == 2 and b.ndim == 1:
@@ -1524,6 +1586,7 @@ def setitem(t: Tensor, idx, value) -> None:
         raise ValueError("step must be greater than zero")  # PyTorch's refusal; numpy-face values write
     v = _operand(value)
     if isinstance(v, Tensor) and v._data.dtype != t._data.dtype:
+        _check_index_put_dtype(t, idx, v)
         v = to(v, t.dtype)
     recorded = _records(t, (v,))
     _check_inplace_leaf(t, recorded)
@@ -1547,6 +1610,29 @@ def setitem(t: Tensor, idx, value) -> None:
         return
     t._data[_index_arg(idx)] = v._data if isinstance(v, Tensor) else v
     t._version_counter.value += 1
+
+
+def _check_index_put_dtype(t: Tensor, idx, v: Tensor) -> None:
+    """PyTorch's ``t[idx] = v`` casts ``v`` when ``idx`` is basic (a copy into a view), but an advanced
+    index is ``index_put_``, which refuses another dtype -- unless it is one bool mask and ``v`` one
+    element (``masked_fill_``, which casts).  numpy-face values cast, as numpy."""
+    if is_numpy_face(t):
+        return
+    items = idx if isinstance(idx, tuple) else (idx,)
+    # a 0-d integer tensor (or array) indexes as an int; a 0-d bool tensor is still a mask
+    tensors = [i for i in items if isinstance(i, (Tensor, np.ndarray, list))
+               and (np.ndim(i._data if isinstance(i, Tensor) else i) > 0
+                    or (i._data if isinstance(i, Tensor) else np.asarray(i)).dtype == np.bool_)]
+    if not tensors:
+        return
+    one = tensors[0]
+    one_dtype = (one._data if isinstance(one, Tensor) else np.asarray(one)).dtype
+    if len(tensors) == 1 and one_dtype == np.bool_ and np.ndim(one._data if isinstance(one, Tensor) else one) > 0 \
+            and v._data.size == 1:
+        return
+    raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_scalar_type(t)} for the "
+                       f"destination and {_scalar_type(v)} for the source. Cast the value to the destination's "
+                       f"dtype first (x[idx] = y.to(x.dtype))")
 
 
 def _whole_mask(t: Tensor, idx):
@@ -2248,11 +2334,11 @@ def keep_last_writes(values, input_sizes, indices) -> Tensor:
 # Scans, sorting, index results and counts with PyTorch's names and signatures; the numpy-shaped
 # handlers in numpy_surface/reductions.py call these.
 
-def _scan_fwd(np_scan):
+def _scan_fwd(scan):
     def fwd(self, dim):
         if self.ndim == 0:  # a scan of one value: the value (numpy's dtype rules still apply)
-            return np_scan(self.reshape(1)).reshape(())
-        return np_scan(self, axis=dim)
+            return scan(self.reshape(1)).reshape(())
+        return _np_scan(scan, self, dim)   # in PyTorch's accumulation type (float64 for float32)
 
     return fwd
 
@@ -2905,9 +2991,9 @@ def einsum(equation, *operands) -> Tensor:
     # broadcast size-1 dimensions (numpy allows it under the ellipsis)
     ts = [expand(t, tuple(size[c] for c in s)) if tuple(t.shape) != tuple(size[c] for c in s) else t
           for t, s in zip(ts, subs)]
-    if len(ts) > 1 and len({t.dtype for t in ts}) > 1:
-        common = _dt.result_type(*ts)
-        ts = [t if t.dtype is common else to(t, common) for t in ts]
+    for t in ts[1:]:   # PyTorch's einsum does not promote (numpy.einsum's face promotes before calling)
+        if t.dtype is not ts[0].dtype:
+            _same_dtype("bmm", ts[0], t)
     order = list(output) + [c for c in dict.fromkeys("".join(subs)) if c not in output]
     aligned = []
     for t, s in zip(ts, subs):
@@ -2956,6 +3042,9 @@ def tensordot(a, b, dims=2) -> Tensor:
         if x.shape[i] != y.shape[j]:
             raise ValueError(f"tensordot: shape-mismatch for sum (axis {i} of size {x.shape[i]} and axis {j} "
                              f"of size {y.shape[j]})")
+    if x.dtype is not y.dtype:
+        raise RuntimeError(f"both inputs should have same dtype. Got {_scalar_type(x)} and {_scalar_type(y)}"
+                           + _NO_PROMOTION)
     free_a = [i for i in range(x.ndim) if i not in axes_a]
     free_b = [j for j in range(y.ndim) if j not in axes_b]
     k = int(np.prod([x.shape[i] for i in axes_a], dtype=np.int64))

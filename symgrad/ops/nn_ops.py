@@ -225,7 +225,11 @@ def _nll_loss_backward_fwd(grad_output, self, target, weight, reduction, ignore_
         with np.errstate(invalid="ignore", divide="ignore"):
             g = g / w.sum()
     out = np.zeros(self.shape, dtype=self.dtype)
-    np.put_along_axis(out, np.expand_dims(safe, class_dim), np.expand_dims(-w * g, class_dim), axis=class_dim)
+    # an ignored target gets no gradient, as in PyTorch: not -0 * g, which is nan when every target is
+    # ignored and the mean's g / 0 is inf
+    with np.errstate(invalid="ignore"):
+        picked = np.where(keep, -w * g, 0).astype(self.dtype, copy=False)
+    np.put_along_axis(out, np.expand_dims(safe, class_dim), np.expand_dims(picked, class_dim), axis=class_dim)
     return out
 
 

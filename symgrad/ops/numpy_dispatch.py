@@ -135,7 +135,8 @@ _UFUNCS = {
     np.reciprocal: F.reciprocal, np.maximum: _symmetric(F.maximum), np.minimum: _symmetric(F.minimum),
     np.greater: F.gt, np.less: F.lt, np.greater_equal: F.ge, np.less_equal: F.le, np.equal: F.eq,
     np.not_equal: F.ne, np.logical_and: F.logical_and, np.logical_or: F.logical_or,
-    np.logical_not: F.logical_not, np.floor_divide: F.floor_divide, np.matmul: F.matmul,
+    np.logical_not: F.logical_not, np.floor_divide: F.floor_divide,
+    np.matmul: lambda a, b: F.matmul(*F.numpy_promoted(a, b)),
     np.isnan: _bool_from_data(np.isnan), np.isinf: _bool_from_data(np.isinf),
     np.isfinite: _bool_from_data(np.isfinite),
 }
@@ -349,7 +350,7 @@ def _dot(a, b, out=None):
     _reject("dot", out=out)
     if np.ndim(a) == 0 or np.ndim(b) == 0:  # numpy: dot with a scalar is multiplication
         return F.mul(a, b)
-    x, y = F.as_tensor(a), F.as_tensor(b)
+    x, y = F.numpy_promoted(a, b)
     if x.ndim >= 2 and y.ndim >= 3:  # the one case where numpy's dot is not matmul
         raise _unsupported("numpy.dot of a >=2-D and a >=3-D array", " (use numpy.matmul or tensordot semantics)")
     return F.matmul(x, y)

@@ -573,6 +573,9 @@ def _generate(op: OpDef, entry: str):
             lines += [f"        if node is not None and (k >= {len(out_diff)} or out_diff[k]):",
                       "            t._grad_fn = node", "            t._output_nr = k"]
         lines.append("        results.append(t)")
+        if records and op.rule.schema.returns.strip().startswith("Tensor[]"):
+            # one gradient slot per tensor of the list (unbind, split): hooks see them all, as in PyTorch
+            lines += ["    if node is not None:", "        node._n_outputs = len(results)"]
         results_saved = [(name, k) for name, kind, k in op.save_plan if kind == "result"]
         if records and results_saved:
             lines.append("    if node is not None:")

@@ -46,6 +46,41 @@ FORMULA_FUNCTIONS = frozenset(ELEMENTWISE + PIECEWISE_CONSTANT + HELPERS + LINAL
 
 # --- numpy implementations ------------------------------------------------------------------
 
+# Sums of float32 in float64 (float16 in float32), rounded once, where numpy would add sequentially: numpy
+# sums pairwise only along the innermost memory axis, so a float32 sum over the 1e6 rows of a (1e6, 4)
+# array drifts by ~3e-5 relative (torch's cascade sum: ~1e-7).  Pairwise cases keep numpy's speed.
+_SUM_ACCUMULATOR = {np.dtype(np.float32): np.float64, np.dtype(np.float16): np.float32}
+
+
+def _sums_pairwise(x: np.ndarray, axes: tuple) -> bool:
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    if n <= 8:     # a handful of terms: the order of the additions hardly matters
+        return True
+    k = len(axes)
+    return (x.flags.c_contiguous and axes == tuple(range(x.ndim - k, x.ndim))) or \
+        (x.flags.f_contiguous and axes == tuple(range(k)))
+
+
+def np_sum(x, axes: tuple, keepdims: bool = False):
+    """``x.sum(axes)`` (``axes`` sorted, non-negative) as accurate as PyTorch's float32 sums."""
+    x = np.asarray(x)
+    wide = _SUM_ACCUMULATOR.get(x.dtype)
+    if wide is None or _sums_pairwise(x, axes):
+        return x.sum(axis=axes, keepdims=keepdims)
+    return x.sum(axis=axes, keepdims=keepdims, dtype=wide).astype(x.dtype)
+
+
+def np_mean(x, axes: tuple, keepdims: bool = False):
+    """``x.mean(axes)``, accumulated as :func:`np_sum`."""
+    x = np.asarray(x)
+    wide = _SUM_ACCUMULATOR.get(x.dtype)
+    if wide is None or _sums_pairwise(x, axes):
+        return np.mean(x, axis=axes, keepdims=keepdims)
+    return np.mean(x, axis=axes, keepdims=keepdims, dtype=wide).astype(x.dtype)
+
+
 def sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum a broadcast array back down to ``shape`` (the inverse of broadcasting)."""
     if x.shape == shape:
@@ -53,7 +88,7 @@ def sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape)
                                       if n == 1 and x.shape[i + lead] != 1)
-    out = x.sum(axis=axes, keepdims=True) if axes else x
+    out = np_sum(x, axes, keepdims=True) if axes else x
     if lead:
         out = out.reshape(out.shape[lead:])
     return out
@@ -207,9 +242,22 @@ def _np_cat_backward(grad, dim, shapes):
 
 # --- numpy surface: reductions, scans and sorting ---
 
+# PyTorch's CPU scans accumulate float32 in double and float16 in float, then round once: a float32
+# running sum of 1e6 elements drifts by ~1e-5 relative, torch's is exact to the last bit
+_SCAN_ACCUMULATOR = {np.dtype(np.float32): np.float64, np.dtype(np.float16): np.float32}
+
+
+def np_scan(scan, x, axis):
+    """``scan(x, axis)`` (``np.cumsum`` or ``np.cumprod``) in PyTorch's accumulation type, rounded once."""
+    wide = _SCAN_ACCUMULATOR.get(np.asarray(x).dtype)
+    if wide is None:
+        return scan(x, axis=axis)
+    return scan(x, axis=axis, dtype=wide).astype(x.dtype)
+
+
 def _np_reverse_cumsum(x, axis):
     """``out[j] = sum(x[j:])`` along ``axis``: the transpose of cumsum."""
-    return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
+    return np.ascontiguousarray(np.flip(np_scan(np.cumsum, np.flip(x, axis), axis), axis))
 
 
 def _np_cumprod_backward(grad, self, dim, result):
@@ -231,7 +279,7 @@ def _np_cumprod_backward(grad, self, dim, result):
     before = pos < first_zero
     tail = _np_reverse_cumsum(g * out, -1)
     gx = np.where(before, tail / np.where(before, x, 1), 0)
-    partial = np.cumprod(np.where(pos <= first_zero, 1, x), -1)  # prod of x[z+1:k+1] for k >= z
+    partial = np_scan(np.cumprod, np.where(pos <= first_zero, 1, x), -1)  # prod of x[z+1:k+1] for k >= z
     at_zero = np.sum(np.where(pos >= first_zero, g * partial, 0), -1, keepdims=True)
     prev = np.take_along_axis(out, np.clip(first_zero - 1, 0, n - 1), -1)
     prev = np.where(first_zero == 0, 1, prev)

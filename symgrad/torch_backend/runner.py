@@ -119,9 +119,10 @@ def _nll_loss_forward(logp, target, weight, reduction, ignore_index, log_softmax
     picked = log_softmax.picked(rows, labels) if log_softmax is not None else None
     if picked is None:
         picked = logp[rows, labels]
-    picked = symgrad.where(valid, picked, 0.0)
+    # negated before the sum: with every target ignored, torch's sum is 0.0, -(0.0) would be -0.0
+    losses = symgrad.where(valid, -picked, 0.0)
     total = valid.to(logp.dtype).sum()
-    out = -picked.sum()
+    out = losses.sum()
     return (out / total if reduction == 1 else out), total
 
 
@@ -135,8 +136,101 @@ def _nll_loss_backward(g, logp, target, weight, reduction, ignore_index, total_w
     return index_put_add(per_row, logp.shape, (rows, symgrad.where(valid, target, 0)))
 
 
+def _safe_softmax(x, dim, dtype=None):
+    # aten's softmax for attention: a row whose every entry is -inf gives zeros, not 0/0
+    if dtype is not None:
+        x = x.to(dtype)
+    top = x.amax(dim, keepdim=True)
+    empty = top == -math.inf
+    e = symgrad.exp(x - symgrad.where(empty, 0.0, top))
+    return e * (1.0 / symgrad.where(empty, 1.0, e.sum(dim, keepdim=True)))
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    """aten's three results: the output, and the mean and reciprocal standard deviation, shaped as the
+    input with the normalised dims kept as 1 (what ``native_layer_norm_backward`` reads)."""
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = x.mean(dims, keepdim=True)
+    centred = x - mean
+    rstd = symgrad.rsqrt((centred * centred).mean(dims, keepdim=True) + eps)
+    out = centred * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+def _native_layer_norm_backward(g, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    axis = x.ndim - len(normalized_shape)
+    dims, lead = tuple(range(axis, x.ndim)), tuple(range(axis))
+    xhat = (x - mean) * rstd
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        gw = g * weight if weight is not None else g
+        grad_input = rstd * (gw - gw.mean(dims, keepdim=True) - xhat * (gw * xhat).mean(dims, keepdim=True))
+    # an empty ``lead`` would mean "all dims" to sum: a normalisation over every dim sums nothing
+    if output_mask[1] and weight is not None:
+        grad_weight = (g * xhat).sum(lead) if lead else g * xhat
+    if output_mask[2] and bias is not None:
+        grad_bias = g.sum(lead) if lead else g
+    return grad_input, grad_weight, grad_bias
+
+
+def _attention_probs(q, k, attn_mask, is_causal, scale):
+    """The attention weights (zeros for a query that sees no key) and the log-sum-exp of each query's
+    scores (0 for such a query, as torch's CPU kernel returns)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    if is_causal:   # the upper-left triangle, as torch
+        keep = np.tril(np.ones((scores.shape[-2], scores.shape[-1]), dtype=bool))
+        scores = symgrad.where(symgrad.as_tensor(keep), scores, -math.inf)
+    top = scores.amax(-1, keepdim=True)
+    empty = top == -math.inf
+    e = symgrad.exp(scores - symgrad.where(empty, 0.0, top))
+    total = symgrad.where(empty, 1.0, e.sum(-1, keepdim=True))
+    lse = symgrad.where(empty, 0.0, top + symgrad.log(total)).squeeze(-1)
+    return e * (1.0 / total), lse, scale
+
+
+def _sdpa_flash(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    p, lse, _ = _attention_probs(q, k, attn_mask, is_causal, scale)
+    return p @ v, lse
+
+
+def _sdpa_flash_backward(g, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None, scale=None):
+    p, _, scale = _attention_probs(q, k, attn_mask, is_causal, scale)
+    dp = g @ v.transpose(-2, -1)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, p.transpose(-2, -1) @ g
+
+
+def _sdpa_supported(node) -> str | None:
+    given = _bind(node.target, node.args, node.kwargs)
+    q, k, v = (given[name].meta["val"] for name in ("query", "key", "value"))
+    if given.get("dropout_p", 0.0) != 0.0:
+        return f"dropout_p={given['dropout_p']}"
+    if q.ndim != 4 or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        return "attention with other than 4-d inputs of one head count"
+    mask = given.get("attn_mask")
+    if mask is not None and mask.meta["val"].dtype != q.dtype:
+        return f"attention mask of dtype {mask.meta['val'].dtype}"
+    return None
+
+
 def _full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     return symgrad.full(tuple(size), fill_value, dtype=dtype)
+
+
+def _scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
+    # the default dtype whatever the Python type of ``s`` (torch.scalar_tensor(2) is float32)
+    return symgrad.full((), s, dtype=dtype or symgrad.get_default_dtype())
+
+
+def _ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return symgrad.full(tuple(size), 1.0, dtype=dtype or symgrad.get_default_dtype())
 
 
 def _full_supported(node) -> str | None:
@@ -179,13 +273,26 @@ SPECIAL = {} if torch is None else {
     aten.addmm.default: lambda bias, a, b, beta=1, alpha=1: bias * beta + (a @ b) * alpha,
     aten.sym_size.int: lambda x, dim: x.shape[dim],
     aten.full.default: _full,
+    aten.scalar_tensor.default: _scalar_tensor,
+    aten.ones.default: _ones,
+    aten.tril.default: lambda x, diagonal=0: symgrad.tril(x, diagonal),
+    aten._safe_softmax.default: _safe_softmax,
+    aten.native_layer_norm.default: _native_layer_norm,
+    aten.native_layer_norm_backward.default: _native_layer_norm_backward,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_flash,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _sdpa_flash_backward,
     # aten's None skips a dimension; in a Python key None would insert one
     aten.index.Tensor: lambda x, indices: x[tuple(slice(None) if i is None else i for i in indices)],
 }
 # arguments a SPECIAL lowering does not handle: (op, reason) checks made on the FX node
 SPECIAL_CHECKS = {} if torch is None else {aten.full.default: _full_supported,
+                                           aten.scalar_tensor.default: _full_supported,
+                                           aten.ones.default: _full_supported,
                                            aten.nll_loss_forward.default: _nll_supported,
-                                           aten.nll_loss_backward.default: _nll_supported}
+                                           aten.nll_loss_backward.default: _nll_supported,
+                                           aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_supported,
+                                           aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+                                               _sdpa_supported}
 
 PYTHON_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.neg,
               operator.truediv, operator.mod}
@@ -224,6 +331,11 @@ def table_plan(op, args, kwargs):
         opdef = registry.get(key)
     except KeyError:
         return f"{key} is not in symgrad's rule table"
+    # a name is not a meaning: symgrad's native_layer_norm returns one tensor where aten's returns three,
+    # and indexing that one tensor as aten's tuple reads its first row
+    if len(op._schema.returns) != opdef.schema.num_outputs:
+        return (f"{key}: aten's returns {len(op._schema.returns)} values, symgrad's "
+                f"{opdef.schema.num_outputs}")
     given = _bind(op, args, kwargs)
     aten_defaults = {a.name: a.default_value for a in op._schema.arguments if a.has_default_value()}
     names = [a.name for a in opdef.schema.args]
@@ -233,6 +345,9 @@ def table_plan(op, args, kwargs):
             return f"{key}: argument {name}={value!r} is not supported by symgrad's {key}"
     plan = []
     for a in opdef.schema.args:
+        value = given.get(a.name, aten_defaults.get(a.name))
+        if value is None and (a.name in given or a.name in aten_defaults) and a.is_tensor and not a.optional:
+            return f"{key}: aten's {a.name} is None, a tensor symgrad's {key} requires"
         if a.name in given:
             plan.append(a.name)
         elif a.name in aten_defaults:

@@ -87,17 +87,17 @@ def _einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting=
     ts = [F.as_tensor(o) for o in ops]
     if dtype is not None:
         ts = [F.to(t, dtype) for t in ts]
-    return F.einsum(eq, *ts)
+    return F.einsum(eq, *F.numpy_promoted(*ts))
 
 
 @numpy_functions(np.tensordot)
 def _tensordot(a, b, axes=2):
-    return F.tensordot(a, b, axes)
+    return F.tensordot(*F.numpy_promoted(a, b), axes)
 
 
 @numpy_functions(np.linalg.tensordot)
 def _linalg_tensordot(x1, x2, /, *, axes=2):
-    return F.tensordot(x1, x2, axes)
+    return F.tensordot(*F.numpy_promoted(x1, x2), axes)
 
 
 @numpy_functions(np.kron)
@@ -107,12 +107,12 @@ def _kron(a, b):
 
 @numpy_functions(np.inner)
 def _inner(a, b):
-    return F.inner(a, b)
+    return F.inner(*F.numpy_promoted(a, b))
 
 
 @numpy_functions(np.vdot)
 def _vdot(a, b):
-    return F.vdot(a, b)
+    return F.vdot(*F.numpy_promoted(a, b))
 
 
 @numpy_functions(np.linalg.matmul)
