@@ -568,7 +568,8 @@ class CompiledFunction:
             self._warned_fallback = True
             name = getattr(self.fn, "__qualname__", repr(self.fn))
             warnings.warn(f"symgrad: {name} cannot be traced: tracing stopped at {exc.location or 'an unknown line'}"
-                          f": {exc.reason}. It runs eagerly instead: correct, but slower (no fused kernels). "
+                          f": {exc.reason}. It runs with eager autograd instead (the same numbers as calling it on "
+                          "tensors, with no fused kernels; nothing compares them with a compiled result). "
                           "For a compiled function, replace the data-dependent branch by symgrad.where(...) or "
                           "pass the value as a Python number; pass strict=True to raise instead.",
                           EagerFallbackWarning, stacklevel=_user_stacklevel())
