@@ -382,3 +382,21 @@ def test_second_derivatives_of_prod_at_zeros_match_torch(values, dim):
     (tg, th), (sg, sh) = results
     np.testing.assert_allclose(sg, tg, rtol=1e-12)
     np.testing.assert_allclose(sh, th, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(OPS_BY_NAME))
+def test_first_gradients_are_in_the_graph_where_torchs_are(name):
+    """Under ``create_graph`` a selected gradient (relu, hardtanh, ...) is differentiable again when
+    torch's is (its backward op reads the input), so ``autograd.grad`` of it gives zeros, not an error."""
+    torch = pytest.importorskip("torch")
+    op = OPS_BY_NAME[name]
+    seen = []
+    for L in (symgrad, torch):
+        xs = [L.tensor([0.7, -1.3, 2.5], dtype=L.float64, requires_grad=True) for _ in range(op.n_inputs)]
+        out = op.symgrad_call(*xs) if L is symgrad else op.fn(L, *xs)
+        grads = L.autograd.grad(out.sum(), xs, create_graph=True, allow_unused=True)
+        seen.append(tuple(g is not None and g.requires_grad for g in grads))
+        if L is symgrad and grads[0] is not None and grads[0].requires_grad:
+            (h,) = L.autograd.grad(grads[0].sum(), xs[0], allow_unused=True)
+            assert h is None or np.isfinite(h.numpy()).all()
+    assert seen[0] == seen[1]

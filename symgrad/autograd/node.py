@@ -534,10 +534,18 @@ class FusedBackward:
                 lines.append(f"    {p} = saved_[{p!r}]")
         lines.append("    next_ = node_._next")
         outs = []
+        # PyTorch runs these gradients as backward ops of their own (threshold_backward, ...): under
+        # create_graph the gradient is in the graph of the value it reads, whose derivative through the
+        # mask is zero, even where `grad` has no graph
+        mask_read = next((p for p in used if p in ("self", "result")), None) \
+            if "mask_backward" in rule.tags else None
         for k, fi in enumerate(edges):
             name = formula_order[fi]
             expr = printer.doprint(rule.formulas[name].code_expr)
             lines.append(f"    g{k} = ({expr}) if next_[{k}][0] is not None else None")
+            if mask_read is not None:
+                lines += [f"    if tensor_mode_ and g{k} is not None:",
+                          f"        g{k} = keep_graph({mask_read}, g{k})"]
             outs.append(f"g{k}")
         lines.append(f"    return [{', '.join(outs)}]")
         return "\n".join(lines)

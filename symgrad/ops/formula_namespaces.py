@@ -65,6 +65,7 @@ def tensor_namespace() -> dict:
                 ns[name] = fn
         ns["where"] = _where_known_condition(ns["where"], F)
         ns["eq"], ns["ne"] = _compare_numbers(ns["eq"], operator.eq), _compare_numbers(ns["ne"], operator.ne)
+        ns["keep_graph"] = _keep_graph
         ns.update(_extra_tensor)
         _tensor_namespace = ns
     return _tensor_namespace
@@ -100,3 +101,15 @@ def _compare_numbers(compare, python_op):
         return compare(a, b)
 
     return compare_
+
+
+def _keep_graph(read, g):
+    """``g`` as a value in ``read``'s graph with a zero derivative towards it (a ``where`` whose condition
+    is all true: the value is ``g`` bit for bit), when ``g`` has no graph of its own but ``read`` has
+    (the gradients of ops tagged ``mask_backward``).  Not while tracing: a compiled graph has no use
+    for a zero edge."""
+    if g._grad_fn is not None or g._requires_grad or not getattr(read, "requires_grad", False) or \
+            registry._recorder is not None:
+        return g
+    everywhere = type(g)._wrap(np.ones(g._data.shape, dtype=bool))
+    return tensor_namespace()["where"](everywhere, g, read)

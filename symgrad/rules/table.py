@@ -49,6 +49,8 @@ TAGS = {
     "gather": "the output is input 0 read at the integer index arrays of its `indices` argument",
     "scatter_add": "the output is a base (zeros, or `self` when `accumulate`) with `values` added at `indices`",
     "per_element": "elementwise without a sympy expression (where, casts): kernels compute it per element",
+    "mask_backward": "PyTorch's gradient is a backward op reading `self`/`result`: under create_graph it is "
+                     "in that value's graph, with a zero derivative through the mask",
 }
 METADATA_FUNCS = ("shape", "numel", "dtype")
 
