@@ -39,7 +39,7 @@ def run_round(dtype: str, seed: int, examples: int, report: str, cache_dir: str)
     env = dict(os.environ, SYMGRAD_FUZZ="long", SYMGRAD_FUZZ_DTYPE=dtype, SYMGRAD_FUZZ_EXAMPLES=str(examples),
                SYMGRAD_FUZZ_REPORT=report, SYMGRAD_CACHE_DIR=cache_dir, PYTHONHASHSEED=str(seed))
     tests = [t.format(dtype=dtype) for t in FUZZERS]
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "-x",
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "-x", "-m", "",
            f"--hypothesis-seed={seed}", *tests]
     done = subprocess.run(cmd, cwd=os.path.dirname(HERE), env=env, capture_output=True, text=True)
     return done.returncode, done.stdout[-20000:] + done.stderr[-5000:]

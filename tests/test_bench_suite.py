@@ -35,6 +35,7 @@ def tiny_run(tmp_path_factory):
     return proc.stdout, json.loads((out / "r.json").read_text()), out
 
 
+@pytest.mark.heavy
 def test_tiny_run_prints_the_table(tiny_run):
     stdout, _, _ = tiny_run
     assert "| implementation | W1 1e6 | W1 1e3 | W4 |" in stdout
@@ -42,6 +43,7 @@ def test_tiny_run_prints_the_table(tiny_run):
     assert "| symgrad value_and_grad |" in stdout
 
 
+@pytest.mark.heavy
 def test_json_schema(tiny_run):
     _, doc, _ = tiny_run
     assert doc["benchmark"] == "suite" and doc["schema_version"] == suite.SCHEMA_VERSION
@@ -58,6 +60,7 @@ def test_json_schema(tiny_run):
     assert doc["latency"] is None and doc["memory"] is None  # not among --parts
 
 
+@pytest.mark.heavy
 def test_every_implementation_verified_before_timing(tiny_run):
     _, doc, _ = tiny_run
     selected = [peers.BY_KEY[k].name for k in IMPLS.split(",")]
@@ -78,6 +81,7 @@ def test_every_implementation_verified_before_timing(tiny_run):
         assert rec["results"][peers.BASELINE]["ratio_to_baseline"] == pytest.approx(1.0)
 
 
+@pytest.mark.heavy
 def test_scaling_points(tiny_run):
     _, doc, _ = tiny_run
     pts = doc["scaling"]["points"]
@@ -85,6 +89,7 @@ def test_scaling_points(tiny_run):
     assert [p["source"] for p in pts] == ["table", "scaling run", "table"]
 
 
+@pytest.mark.heavy
 def test_plots_from_the_json(tiny_run):
     pytest.importorskip("matplotlib")
     from benchmarks import plots

@@ -193,6 +193,7 @@ WARM_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_a_warm_second_process_uses_no_sympy_and_compiles_nothing(tmp_path):
     env = dict(os.environ, SYMGRAD_CACHE_DIR=str(tmp_path / "c"), NUMBA_CACHE_DIR=str(tmp_path / "n"),
                PYTHONPATH=str(REPO))

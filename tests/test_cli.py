@@ -166,6 +166,7 @@ def _import_file(path: str, name: str):
     return module
 
 
+@pytest.mark.heavy
 def test_inspect_w1_prints_every_section_and_the_source_that_runs(runs, paths):
     r = runs["w1"]
     assert r.returncode == 0, r

@@ -312,6 +312,7 @@ def w2_parallel():
     return symgrad.compile(w2, parallel=True, math="libm")
 
 
+@pytest.mark.heavy
 def test_parallel_kernels_match_serial_and_are_deterministic(w2_parallel):
     r = np.random.default_rng(7)
     arrays = [r.standard_normal((300, 17)), r.standard_normal(17), r.standard_normal(17)]

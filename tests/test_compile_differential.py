@@ -630,6 +630,7 @@ def _slow_when_long(test):
 @_slow_when_long
 @settings(settings.get_profile(FUZZ_PROFILE))
 @given(programs())
+@pytest.mark.heavy
 def test_random_programs_compiled_match_eager(prog):
     _check_program(prog)
 

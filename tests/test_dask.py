@@ -297,6 +297,7 @@ def _run_script(path, *args, timeout=240):
     return r.stdout
 
 
+@pytest.mark.heavy
 def test_losses_defined_in_a_script_run_as_main():
     report = json.loads(_run_script(os.path.join(HERE, "dask_main_script.py")).strip().splitlines()[-1])
     errors = [report[k] for k in ("main_error", "again_error", "redefined_error", "cell_error", "lambda_error")]
@@ -317,6 +318,7 @@ def test_losses_defined_in_a_script_run_as_main():
     assert all(traces == 1 for traces in final.values())
 
 
+@pytest.mark.heavy
 def test_docs_example_runs_as_a_plain_script():
     example = os.path.join(os.path.dirname(HERE), "examples", "dask_logistic.py")
     with open(os.path.join(os.path.dirname(HERE), "docs", "dask.md")) as f:

@@ -901,6 +901,7 @@ def _slow_when_long(test):
 @pytest.mark.skipif(not fuzz_profile.runs_dtype("float64"), reason="SYMGRAD_FUZZ_DTYPE=float32")
 @_profile("float64")
 @given(programs())
+@pytest.mark.heavy
 def test_random_programs_float64(prog):
     run_program(prog, "float64")
 
@@ -909,6 +910,7 @@ def test_random_programs_float64(prog):
 @pytest.mark.skipif(not fuzz_profile.runs_dtype("float32"), reason="SYMGRAD_FUZZ_DTYPE=float64")
 @_profile("float32")
 @given(programs())
+@pytest.mark.heavy
 def test_random_programs_float32(prog):
     run_program(prog, "float32")
 

@@ -147,6 +147,7 @@ def _slow_when_long(test):
 @_profile(DEFAULT_EXAMPLES)
 @given(prog=programs(max_steps=6), dtype_name=dtype_names("float64", "float64", "float32"),
        no_cache=st.booleans(), as_json=st.booleans())
+@pytest.mark.heavy
 def test_inspect_works_on_random_programs(prog, dtype_name, no_cache, as_json, tmp_path_factory, capsys):
     run_inspect(prog, dtype_name, tmp_path_factory.mktemp("inspect"), capsys, no_cache, as_json)
     record("inspect", dtype_name)
@@ -165,6 +166,7 @@ INSPECT_KNOWN = {
 @pytest.mark.parametrize("name, no_cache", [
     pytest.param(name, no_cache, id=f"{'no-cache' if no_cache else 'cache'}-{name}")
     for no_cache in (False, True) for name in INSPECT_KNOWN if not no_cache or LONG or name == "index_put_where"])
+@pytest.mark.heavy
 def test_inspect_works_on_programs_with_max_and_masks(name, no_cache, tmp_path, capsys):
     shapes, lines = INSPECT_KNOWN[name]
     prog = Program(shapes, lines, "loss", "joint", "numba", False, True, 3)

@@ -114,6 +114,7 @@ def _numba_files(cache: Path, suffix: str) -> list[Path]:
 
 # --- across processes ----------------------------------------------------------------------------
 
+@pytest.mark.heavy
 def test_second_process_loads_kernels_from_the_cache(tmp_path):
     cache = tmp_path / "cache"
     hits, misses, v1 = _run(cache, W1_PROBE)
@@ -229,6 +230,7 @@ def fault_runs(warm_template, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("fault", CHECKED_FAULTS)
+@pytest.mark.heavy
 def test_damaged_cache_entries_are_rebuilt(fault_runs, fault):
     """Each fault: the next process computes the right value, and the one after it loads from the
     repaired cache."""

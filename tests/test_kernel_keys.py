@@ -269,6 +269,7 @@ def _rnn_process(cache: Path, steps: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.heavy
 def test_a_second_function_with_the_same_bodies_loads_them_from_the_disk_cache(tmp_path):
     """RNNs of 4 and of 6 steps are different graphs (no build-cache hit), but every loop body of
     the 6-step one is among the 4-step one's: the second process compiles nothing."""

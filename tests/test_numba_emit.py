@@ -395,6 +395,7 @@ def test_blocked_execution_with_vector_loops_and_numpy_between_them():
     assert again[0] == value and np.array_equal(again[1], grad) and again[1] is not grad
 
 
+@pytest.mark.heavy
 def test_parallel_vector_kernels_match_serial_and_are_deterministic():
     r = np.random.default_rng(3)
     arrays = [r.standard_normal((300, 17)), r.standard_normal(17), r.standard_normal(17)]

@@ -193,6 +193,7 @@ def test_libm_keeps_the_fusers_loops():
 
 
 @pytest.mark.parametrize("name", ["w5", "nll", "centred"])
+@pytest.mark.heavy
 def test_parallel_row_kernels_match_serial_and_do_not_depend_on_the_thread_count(name):
     """``parallel=True``: fixed chunks of rows over Numba's threads.  The gradient rows are the serial
     kernel's bits; sums over rows add per-chunk partial sums, the same for 1 and 2 threads."""
@@ -275,6 +276,7 @@ _TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-5)}
 
 
 @pytest.mark.parametrize("seed", range(3 if _LONG else 1))
+@pytest.mark.heavy
 def test_random_row_losses_match_eager(seed):
     """Random pipelines of row steps and a final reduction: compiled (a row kernel where the graph reads a
     reduced row again, the fused loops otherwise) against eager autograd, value and gradient.  The CI profile
@@ -368,6 +370,7 @@ def test_row_vjps_of_row_outputs_match_eager(steps, head, options):
 
 
 @pytest.mark.parametrize("seed", range(3 if _LONG else 1))
+@pytest.mark.heavy
 def test_random_row_vjps_match_eager(seed):
     """Random row pipelines whose output is the matrix, a value per row or a kept-dim column, with a random
     cotangent (``backward(G)``): compiled with ``scalar_loss`` joint and split, ``math`` vector and libm,

@@ -508,6 +508,7 @@ def test_fork_waits_for_the_running_build_and_the_child_builds_its_own():
     assert vg.compiled.wait(120) and vg(np.ones(3))[0] == 9.0
 
 
+@pytest.mark.heavy
 def test_an_unusable_cached_kernel_entry_is_never_trusted_and_is_built_again(tmp_path):
     """A build-cache entry whose Numba part cannot be decoded (well-formed, checksum right) leaves the
     process on the numpy tier with a warning, is removed, and the next process builds it again."""
