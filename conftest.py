@@ -87,9 +87,18 @@ def pytest_sessionfinish(session, exitstatus):
             config.get_terminal_writer().line(
                 f"--oracle-skipped: {len(_ORACLE_SKIPS)} tests were skipped again for want of "
                 f"{' or '.join(ORACLES)}, e.g. {sorted(_ORACLE_SKIPS)[0]}", red=True)
-    elif config.args_source is pytest.Config.ArgsSource.TESTPATHS:
+    elif _whole_default_run(config):
         # a run of the whole suite (the README's command): kept for a later --oracle-skipped
         config.cache.set(_ORACLE_CACHE_KEY, sorted(_ORACLE_SKIPS | set(collect_ignore)))
+
+
+def _whole_default_run(config) -> bool:
+    """No paths, no ``-k``, and the marks pyproject.toml's addopts select (``-m heavy`` is not the
+    README's command: its skips must not replace that run's record)."""
+    addopts = config.getini("addopts")      # already split into arguments
+    default_marks = addopts[addopts.index("-m") + 1] if "-m" in addopts else ""
+    return (config.args_source is pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+            and config.option.markexpr == default_marks)
 
 
 def _select_oracle_skipped(config, items) -> None:
